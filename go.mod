@@ -1,0 +1,3 @@
+module github.com/envoy-shutdown-manager/shutdown-manager
+
+go 1.26
