@@ -1,0 +1,119 @@
+// Package cli is the command line: one file per subcommand, each turning its flags into a validated
+// Config and running it. Signals are handled per subcommand because they mean different things:
+// `serve` keeps serving a drain in progress after SIGTERM, `drain` stops on SIGINT.
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Exit codes.
+const (
+	ExitOK      = 0 // done, or drained
+	ExitFailure = 1 // the drain timed out or failed, or the command failed
+	ExitUsage   = 2 // bad flags or arguments
+)
+
+// Version is set at build time with -ldflags "-X .../internal/cli.Version=…".
+var Version = "dev"
+
+type command struct {
+	name, summary string
+	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"serve", "run the sidecar: an HTTP API whose /shutdown drains Envoy (for preStop hooks)", runServe},
+		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed (for exec hooks and humans)", runDrain},
+		{"status", "show Envoy's state and the work in flight per listener", runStatus},
+		{"version", "print the version", runVersion},
+	}
+}
+
+// Run runs the subcommand named by args[0] and returns the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return ExitUsage
+		}
+		return ExitOK
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		var ue usageError
+		switch {
+		case err == nil:
+			return ExitOK
+		case errors.Is(err, flag.ErrHelp):
+			return ExitOK
+		case errors.As(err, &ue):
+			fmt.Fprintf(stderr, "shutdown-manager %s: %v (see shutdown-manager %s -h)\n", c.name, ue.err, c.name)
+			return ExitUsage
+		case errors.Is(err, errReported):
+			return ExitFailure
+		default:
+			fmt.Fprintf(stderr, "shutdown-manager %s: %v\n", c.name, err)
+			return ExitFailure
+		}
+	}
+	fmt.Fprintf(stderr, "shutdown-manager: unknown command %q (see shutdown-manager -h)\n", args[0])
+	return ExitUsage
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "shutdown-manager: lose no request when a pod running Envoy terminates.")
+	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS]\n\nCommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'shutdown-manager COMMAND -h' for a command's flags.")
+}
+
+// usageError is a bad flag or argument: exit 2 with one line.
+type usageError struct{ err error }
+
+func (u usageError) Error() string { return u.err.Error() }
+
+func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// errReported is a failure already told to the user (logged); Run adds nothing and exits 1.
+var errReported = errors.New("failure reported")
+
+// parse parses args with fs, printing help (to stdout) only when asked for, and turning every other
+// problem into a one-line usage error.
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fmt.Fprintf(stdout, "Usage: shutdown-manager %s [FLAGS]\n\nFlags:\n", fs.Name())
+		fs.PrintDefaults()
+		return err
+	}
+	if err != nil {
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", strings.Join(fs.Args(), " "))
+	}
+	return nil
+}
+
+func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, "shutdown-manager", Version)
+	return nil
+}

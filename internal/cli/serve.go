@@ -1,0 +1,176 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
+)
+
+// serveConfig is `serve`'s validated configuration.
+type serveConfig struct {
+	drain       drain.Config
+	listen      listenAddress
+	triggerWait time.Duration
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	var df drainFlags
+	var lf logFlags
+	df.register(fs)
+	lf.register(fs)
+	listen := fs.String("listen", ":8090", "where the API listens: [IP]:PORT or unix:///path/api.sock")
+	triggerWait := fs.Duration("trigger-wait", 3*time.Second, "after SIGTERM with no drain running, wait this long for a /shutdown that may be on its way, then exit")
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	dcfg, addr, err := df.config()
+	if err != nil {
+		return err
+	}
+	la, err := parseListen(*listen)
+	if err != nil {
+		return usagef("--listen: %v", err)
+	}
+	if *triggerWait < 0 {
+		return usagef("--trigger-wait must not be negative")
+	}
+	log, closeLog, err := lf.logger(stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+	cfg := serveConfig{drain: dcfg, listen: la, triggerWait: *triggerWait}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := drain.NewMetrics(reg)
+	engine, err := drain.New(cfg.drain, df.client(addr, metrics), log, metrics)
+	if err != nil {
+		return usageError{err}
+	}
+	return serve(ctx, cfg, engine, reg, log)
+}
+
+// serve runs the API until SIGTERM or SIGINT (or ctx), then exits once any drain has released:
+// a drain in progress keeps the process, and so the pending /shutdown answers, alive.
+func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prometheus.Registry, log *slog.Logger) error {
+	ln, err := cfg.listen.listen()
+	if err != nil {
+		log.Error("cannot listen", "listen", cfg.listen.String(), "err", err)
+		return errReported
+	}
+	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
+	engineDone := make(chan struct{})
+	go func() {
+		defer close(engineDone)
+		_ = engine.Run(engineCtx)
+	}()
+	defer func() { stopEngine(); <-engineDone }()
+
+	srv := server.NewHTTPServer(server.New(engine, reg, log))
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info("serving", "listen", cfg.listen.String(), "version", Version)
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
+	select {
+	case err := <-serveErr:
+		log.Error("serving failed", "err", err)
+		return errReported
+	case <-ctx.Done():
+		log.Info("stopping", "reason", ctx.Err().Error())
+	case s := <-sigs:
+		log.Info("signal received; exiting once any drain has released", "signal", s.String())
+		awaitRelease(engine, cfg.triggerWait, sigs, log)
+	}
+
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		log.Warn("closing the API", "err", err)
+	}
+	log.Info("exiting")
+	return nil
+}
+
+// awaitRelease waits for the drain in progress, or for one starting within wait, to release. A second signal
+// ends the wait. Kubelet sends the Envoy container's preStop request and this container's SIGTERM at about
+// the same moment, so the trigger may arrive just after the signal.
+func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
+	next := engine.NextStart()
+	d := engine.Running()
+	if d == nil {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		select {
+		case <-next:
+			d = engine.Running()
+		case <-timer.C:
+			return
+		case s := <-sigs:
+			log.Info("second signal: exiting now", "signal", s.String())
+			return
+		}
+	}
+	if d == nil { // the drain started and finished already
+		return
+	}
+	log.Info("waiting for the drain to release")
+	select {
+	case <-d.Done():
+	case s := <-sigs:
+		log.Warn("second signal: exiting before the drain released", "signal", s.String())
+	}
+}
+
+// listenAddress is a TCP address or a unix socket path.
+type listenAddress struct{ network, addr string }
+
+func parseListen(s string) (listenAddress, error) {
+	if path, ok := strings.CutPrefix(s, "unix://"); ok {
+		if !strings.HasPrefix(path, "/") {
+			return listenAddress{}, fmt.Errorf("%q: a unix socket needs an absolute path, as in unix:///run/shutdown-manager.sock", s)
+		}
+		return listenAddress{"unix", path}, nil
+	}
+	if _, port, err := net.SplitHostPort(s); err != nil || port == "" {
+		return listenAddress{}, fmt.Errorf("%q: want [IP]:PORT or unix:///path", s)
+	}
+	return listenAddress{"tcp", s}, nil
+}
+
+func (l listenAddress) String() string {
+	if l.network == "unix" {
+		return "unix://" + l.addr
+	}
+	return l.addr
+}
+
+// listen opens the listener; a unix socket left behind by an earlier process is replaced.
+func (l listenAddress) listen() (net.Listener, error) {
+	if l.network == "unix" {
+		if err := os.Remove(l.addr); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("removing stale socket: %w", err)
+		}
+	}
+	return net.Listen(l.network, l.addr)
+}

@@ -1,0 +1,66 @@
+package drain
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the engine's Prometheus metrics, registered on the Registerer given to NewMetrics.
+type Metrics struct {
+	phase         *prometheus.GaugeVec
+	open          prometheus.Gauge
+	duration      prometheus.Histogram
+	drains        *prometheus.CounterVec
+	adminRequests *prometheus.CounterVec
+}
+
+// NewMetrics creates the metrics and registers them on reg (nil: not registered, for tests and one-shot use).
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shutdown_manager_drain_phase",
+			Help: "1 for the phase the drain engine is in, 0 for the others.",
+		}, []string{"phase"}),
+		open: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "shutdown_manager_open_connections",
+			Help: "Work in flight at the last poll, as --count counts it (requests plus non-HTTP connections by default).",
+		}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "shutdown_manager_drain_duration_seconds",
+			Help:    "Time from a drain's trigger to its release.",
+			Buckets: []float64{0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600},
+		}),
+		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shutdown_manager_drains_total",
+			Help: "Finished drains by outcome (drained, timeout, envoy_gone, error, canceled).",
+		}, []string{"outcome"}),
+		adminRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shutdown_manager_admin_requests_total",
+			Help: "Requests to Envoy's admin API by endpoint and result (ok, http_<status>, unreachable, timeout, error).",
+		}, []string{"endpoint", "result"}),
+	}
+	for _, o := range Outcomes {
+		m.drains.WithLabelValues(string(o))
+	}
+	if reg != nil {
+		reg.MustRegister(m.phase, m.open, m.duration, m.drains, m.adminRequests)
+	}
+	return m
+}
+
+// AdminRequest counts one admin API request; it fits envoyadmin.Options.Observe.
+func (m *Metrics) AdminRequest(endpoint, result string) {
+	m.adminRequests.WithLabelValues(endpoint, result).Inc()
+}
+
+func (m *Metrics) setPhase(p Phase) {
+	for _, q := range Phases {
+		v := 0.0
+		if q == p {
+			v = 1
+		}
+		m.phase.WithLabelValues(string(q)).Set(v)
+	}
+}
+
+func (m *Metrics) finished(r Result) {
+	m.drains.WithLabelValues(string(r.Outcome)).Inc()
+	m.duration.Observe(r.Duration.Seconds())
+}

@@ -1,0 +1,227 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+)
+
+// Phase is where a drain is.
+type Phase string
+
+const (
+	PhaseIdle             Phase = "idle"              // no drain has started
+	PhaseDelay            Phase = "delay"             // waiting --drain-delay, Envoy serving normally
+	PhaseFailHealthChecks Phase = "fail_healthchecks" // asking Envoy to fail its health checks
+	PhaseMinDuration      Phase = "min_duration"      // health checks failing, still accepting, not releasing yet
+	PhaseWaiting          Phase = "waiting"           // polling until the work in flight is at the threshold
+	PhaseReleased         Phase = "released"          // finished; see Outcome
+)
+
+// Phases lists every phase, for metrics.
+var Phases = []Phase{PhaseIdle, PhaseDelay, PhaseFailHealthChecks, PhaseMinDuration, PhaseWaiting, PhaseReleased}
+
+// Outcome is how a drain ended.
+type Outcome string
+
+const (
+	OutcomeDrained   Outcome = "drained"    // the count fell to the threshold
+	OutcomeTimeout   Outcome = "timeout"    // the deadline came first
+	OutcomeEnvoyGone Outcome = "envoy_gone" // Envoy exited during the drain
+	OutcomeError     Outcome = "error"      // Envoy could not be asked to drain before the deadline
+	OutcomeCanceled  Outcome = "canceled"   // the engine was stopped
+)
+
+// Outcomes lists every outcome, for metrics.
+var Outcomes = []Outcome{OutcomeDrained, OutcomeTimeout, OutcomeEnvoyGone, OutcomeError, OutcomeCanceled}
+
+// Result is a finished drain.
+type Result struct {
+	Outcome  Outcome
+	Reason   string        // one line for humans: what happened, with counts and timing
+	Open     int64         // the last count read; -1 if none was read
+	Duration time.Duration // from trigger to release
+}
+
+// OK reports whether the drain reached its goal (drained, or Envoy already gone).
+func (r Result) OK() bool { return r.Outcome == OutcomeDrained || r.Outcome == OutcomeEnvoyGone }
+
+// Seconds is a duration that encodes to JSON as seconds.
+type Seconds time.Duration
+
+// MarshalJSON writes the duration in seconds, with millisecond precision.
+func (s Seconds) MarshalJSON() ([]byte, error) {
+	return strconv.AppendFloat(nil, time.Duration(s).Round(time.Millisecond).Seconds(), 'f', -1, 64), nil
+}
+
+// Status is a snapshot of the current or last drain, as GET /status shows it.
+type Status struct {
+	Phase      Phase        `json:"state"`
+	Open       int64        `json:"open"` // what --count counts; -1 before the first poll
+	Listeners  []ScopeCount `json:"listeners"`
+	Excluded   []string     `json:"excluded,omitempty"`
+	Started    *time.Time   `json:"started,omitempty"`
+	Deadline   *time.Time   `json:"deadline,omitempty"`
+	Elapsed    Seconds      `json:"elapsed_seconds"`
+	Outcome    Outcome      `json:"outcome,omitempty"`
+	Reason     string       `json:"reason,omitempty"`
+	EnvoyState string       `json:"envoy_state,omitempty"`
+	LastError  string       `json:"last_error,omitempty"`
+	Polls      int          `json:"polls"`
+}
+
+// drain is one drain, written as the plain sequence it is. It owns its Status until it returns.
+func (e *Engine) drain(parent context.Context, d *Drain) Result {
+	cfg := e.cfg
+	deadline := d.started.Add(cfg.Timeout)
+	ctx, cancel := context.WithDeadline(parent, deadline)
+	defer cancel()
+	st := *e.status.Load()
+	log := e.log.With("drain_timeout", cfg.Timeout.String(), "count", string(cfg.Mode))
+	log.Info("drain started", "drain_delay", cfg.Delay.String(), "min_drain_duration", cfg.MinDuration.String(),
+		"check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
+
+	finish := func(o Outcome, format string, args ...any) Result {
+		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started)}
+		if parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
+			r.Outcome = OutcomeCanceled
+			format = "canceled: " + format
+		}
+		r.Reason = fmt.Sprintf(format, args...)
+		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
+		e.publish(ptr(st))
+		level := log.Info
+		if !r.OK() {
+			level = log.Warn
+		}
+		level("drain finished", "outcome", string(r.Outcome), "open", r.Open, "duration", r.Duration.Round(time.Millisecond).String(),
+			"polls", st.Polls, "reason", r.Reason)
+		return r
+	}
+	gone := func() Result {
+		return finish(OutcomeEnvoyGone, "envoy exited after %s, %s", since(d.started), openText(st.Open))
+	}
+
+	// 1. Keep serving for the delay: endpoints and load balancers are still being told.
+	if err := e.wait(ctx, cfg.Delay); err != nil {
+		if errors.Is(err, errEnvoyExited) {
+			return gone()
+		}
+		return finish(OutcomeTimeout, "deadline %s reached during the drain delay", cfg.Timeout)
+	}
+
+	// 2. Fail health checks, retried: nothing drains until Envoy has been told.
+	st.Phase = PhaseFailHealthChecks
+	e.publish(ptr(st))
+	if err := e.failHealthChecks(ctx, &st); err != nil {
+		if errors.Is(err, errEnvoyExited) {
+			return gone()
+		}
+		return finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", cfg.Timeout, st.LastError)
+	}
+	log.Info("envoy health checks failing", "elapsed", since(d.started))
+	if cfg.ListenerDrain != ListenerDrainNone {
+		if err := e.admin.DrainListeners(ctx, cfg.ListenerDrain == ListenerDrainInbound); err != nil {
+			// Not fatal: health checks already fail and connections already drain-close.
+			log.Warn("could not start envoy's listener drain", "err", err)
+			st.LastError = err.Error()
+		}
+	}
+
+	// 3 and 4. Keep accepting for the minimum duration, then release once the work in flight is done.
+	settled := time.Now().Add(cfg.MinDuration)
+	st.Phase = PhaseMinDuration
+	e.publish(ptr(st))
+	for {
+		snap, err := e.admin.Stats(ctx)
+		st.Polls++
+		switch {
+		case err == nil:
+			c := Count(snap, cfg.Mode, cfg.Selector)
+			if c.Open != st.Open {
+				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
+			}
+			st.Open, st.Listeners, st.Excluded, st.LastError = c.Open, c.Scopes, c.Excluded, ""
+		case errors.Is(err, envoyadmin.ErrUnreachable):
+			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
+			st.LastError = err.Error()
+			return gone()
+		default:
+			st.LastError = err.Error()
+			log.Debug("polling envoy stats failed", "err", err)
+		}
+		now := time.Now()
+		if !now.Before(settled) {
+			st.Phase = PhaseWaiting
+		}
+		e.publish(ptr(st))
+		if st.Phase == PhaseWaiting && err == nil && st.Open <= cfg.Threshold {
+			return finish(OutcomeDrained, "%s after %s", openText(st.Open), since(d.started))
+		}
+		next := cfg.Interval
+		if now.Before(settled) && settled.Sub(now) < next {
+			next = settled.Sub(now) // poll exactly when the minimum duration ends
+		}
+		if err := e.wait(ctx, next); err != nil {
+			if errors.Is(err, errEnvoyExited) {
+				return gone()
+			}
+			if st.LastError != "" && st.Open < 0 {
+				return finish(OutcomeError, "deadline %s reached without reading envoy's stats: %s", cfg.Timeout, st.LastError)
+			}
+			return finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, openText(st.Open))
+		}
+	}
+}
+
+var errEnvoyExited = errors.New("envoy exited")
+
+// wait waits d, or less if ctx ends (its error) or Envoy exits (errEnvoyExited).
+func (e *Engine) wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.cfg.EnvoyExited:
+		return errEnvoyExited
+	}
+}
+
+// failHealthChecks calls POST /healthcheck/fail until it succeeds, backing off from RetryBackoff to 1s,
+// while ctx allows.
+func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
+	backoff := e.cfg.RetryBackoff
+	for attempt := 1; ; attempt++ {
+		err := e.admin.HealthcheckFail(ctx)
+		if err == nil {
+			st.LastError = ""
+			return nil
+		}
+		st.LastError = err.Error()
+		e.publish(ptr(*st))
+		e.log.Warn("failing envoy health checks failed; retrying", "attempt", attempt, "err", err, "retry_in", backoff.String())
+		if err := e.wait(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
+
+func openText(n int64) string {
+	if n < 0 {
+		return "work in flight unknown"
+	}
+	return fmt.Sprintf("%d in flight", n)
+}

