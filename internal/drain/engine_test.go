@@ -1,0 +1,413 @@
+package drain
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+)
+
+// fakeAdmin is an Envoy admin API in memory, for the faults a real Envoy cannot show. Its work in flight is
+// set by the test; every call is recorded in order.
+type fakeAdmin struct {
+	mu        sync.Mutex
+	events    []string
+	inflight  int64
+	state     envoyadmin.ServerState
+	failErrs  int   // the next failErrs /healthcheck/fail calls fail
+	statsErr  error // returned by Stats when set
+	hang      bool  // every call blocks until its context ends
+	fails     atomic.Int32
+	statsCall atomic.Int32
+}
+
+func newFake(inflight int64) *fakeAdmin { return &fakeAdmin{inflight: inflight, state: envoyadmin.StateLive} }
+
+func (f *fakeAdmin) record(ctx context.Context, ev string) error {
+	f.mu.Lock()
+	f.events = append(f.events, ev)
+	hang := f.hang
+	f.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return fmt.Errorf("%s: %w", ev, ctx.Err())
+	}
+	return nil
+}
+
+func (f *fakeAdmin) HealthcheckFail(ctx context.Context) error {
+	if err := f.record(ctx, "healthcheck_fail"); err != nil {
+		return err
+	}
+	f.fails.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failErrs > 0 {
+		f.failErrs--
+		return errors.New("POST /healthcheck/fail: status 500")
+	}
+	f.state = envoyadmin.StateDraining
+	return nil
+}
+
+func (f *fakeAdmin) DrainListeners(ctx context.Context, inboundOnly bool) error {
+	return f.record(ctx, fmt.Sprintf("drain_listeners inbound=%v", inboundOnly))
+}
+
+func (f *fakeAdmin) Stats(ctx context.Context) (envoyadmin.Snapshot, error) {
+	if err := f.record(ctx, "stats"); err != nil {
+		return envoyadmin.Snapshot{}, err
+	}
+	f.statsCall.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.statsErr != nil {
+		return envoyadmin.Snapshot{}, f.statsErr
+	}
+	return envoyadmin.Snapshot{
+		Listeners: map[string]int64{"listener.0.0.0.0_8080": f.inflight + 7, "listener.admin": 1},
+		HTTP:      map[string]envoyadmin.HTTPGauges{"http.ingress": {Connections: f.inflight + 7, Requests: f.inflight}},
+	}, nil
+}
+
+func (f *fakeAdmin) ServerState(ctx context.Context) (envoyadmin.ServerState, error) {
+	if err := f.record(ctx, "server_info"); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.state, nil
+}
+
+func (f *fakeAdmin) set(fn func(f *fakeAdmin)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn(f)
+}
+
+func testConfig() Config {
+	return Config{
+		Delay: 2 * time.Second, MinDuration: 5 * time.Second, Timeout: 60 * time.Second,
+		Interval: 250 * time.Millisecond, Mode: ModeInflight, ListenerDrain: ListenerDrainNone,
+	}
+}
+
+func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// startEngine runs an engine inside the synctest bubble; it is stopped at the end of the bubble's test.
+func startEngine(t *testing.T, cfg Config, admin Admin, reg prometheus.Registerer) *Engine {
+	t.Helper()
+	e, err := New(cfg, admin, discard(), NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return e
+}
+
+func TestDrainOrderAndRelease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(3)
+		reg := prometheus.NewRegistry()
+		e := startEngine(t, testConfig(), fake, reg)
+		start := time.Now()
+		d, err := e.Trigger(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+
+		// The delay: Envoy is not touched.
+		time.Sleep(2*time.Second - time.Millisecond)
+		synctest.Wait()
+		if n := fake.fails.Load(); n != 0 {
+			t.Fatalf("health checks failed during the drain delay (%d calls)", n)
+		}
+		// The minimum duration: polled, never released, even at zero.
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if n := fake.fails.Load(); n != 1 {
+			t.Fatalf("healthcheck/fail calls after the delay = %d, want 1", n)
+		}
+		fake.set(func(f *fakeAdmin) { f.inflight = 0 })
+		time.Sleep(5*time.Second - time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-d.Done():
+			t.Fatalf("released during the minimum drain duration, after %s", time.Since(start))
+		default:
+		}
+		if got := e.Status().Phase; got != PhaseMinDuration {
+			t.Fatalf("phase = %s, want %s", got, PhaseMinDuration)
+		}
+		// The first poll at the end of the minimum duration releases.
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-d.Done():
+		default:
+			t.Fatalf("not released when the minimum duration ended with nothing in flight")
+		}
+		if got, want := time.Since(start), 7*time.Second; got != want {
+			t.Errorf("released after %s, want %s", got, want)
+		}
+		r := d.Result()
+		if r.Outcome != OutcomeDrained || r.Open != 0 {
+			t.Errorf("result = %+v, want drained with 0 open", r)
+		}
+		if got := testutil.ToFloat64(e.metrics.drains.WithLabelValues("drained")); got != 1 {
+			t.Errorf("drains_total{outcome=drained} = %v, want 1", got)
+		}
+		if got := testutil.ToFloat64(e.metrics.phase.WithLabelValues(string(PhaseReleased))); got != 1 {
+			t.Errorf("drain_phase{phase=released} = %v, want 1", got)
+		}
+	})
+}
+
+func TestReleaseWithinOneIntervalOfLastRequest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(2)
+		cfg := testConfig()
+		cfg.Delay = 0
+		e := startEngine(t, cfg, fake, nil)
+		d, _ := e.Trigger(context.Background())
+		time.Sleep(10 * time.Second) // long past the minimum duration, work still in flight
+		synctest.Wait()
+		if e.Status().Phase != PhaseWaiting {
+			t.Fatalf("phase = %s, want waiting", e.Status().Phase)
+		}
+		fake.set(func(f *fakeAdmin) { f.inflight = 0 })
+		finished := time.Now()
+		<-d.Done()
+		if got := time.Since(finished); got > cfg.Interval {
+			t.Errorf("released %s after the last request finished, want within one interval (%s)", got, cfg.Interval)
+		}
+	})
+}
+
+func TestConcurrentTriggersShareOneDrain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		e := startEngine(t, testConfig(), fake, nil)
+		var wg sync.WaitGroup
+		drains := make([]*Drain, 100)
+		for i := range drains {
+			wg.Go(func() {
+				d, err := e.Trigger(context.Background())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				drains[i] = d
+				<-d.Done()
+			})
+		}
+		wg.Wait()
+		for i, d := range drains {
+			if d != drains[0] {
+				t.Fatalf("trigger %d got a different drain", i)
+			}
+		}
+		if n := fake.fails.Load(); n != 1 {
+			t.Errorf("healthcheck/fail calls = %d, want exactly 1", n)
+		}
+		// A trigger after the release, Envoy still DRAINING: the same finished drain, nothing sent.
+		again, _ := e.Trigger(context.Background())
+		if again != drains[0] {
+			t.Errorf("a trigger after release started a new drain while envoy is still draining")
+		}
+		if n := fake.fails.Load(); n != 1 {
+			t.Errorf("healthcheck/fail calls after a late trigger = %d, want 1", n)
+		}
+	})
+}
+
+func TestRedrainAfterEnvoyRestart(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		e := startEngine(t, testConfig(), fake, nil)
+		first, _ := e.Trigger(context.Background())
+		<-first.Done()
+		fake.set(func(f *fakeAdmin) { f.state = envoyadmin.StateLive }) // Envoy's container restarted
+		second, _ := e.Trigger(context.Background())
+		if second == first {
+			t.Fatal("a live Envoy after a finished drain was not drained again")
+		}
+		<-second.Done()
+		if n := fake.fails.Load(); n != 2 {
+			t.Errorf("healthcheck/fail calls = %d, want 2", n)
+		}
+	})
+}
+
+func TestDeadlines(t *testing.T) {
+	tests := []struct {
+		name    string
+		setup   func(f *fakeAdmin)
+		outcome Outcome
+	}{
+		{"work never finishes", func(f *fakeAdmin) { f.inflight = 5 }, OutcomeTimeout},
+		{"admin hangs on every call", func(f *fakeAdmin) { f.hang = true }, OutcomeError},
+		{"healthcheck/fail answers 500 forever", func(f *fakeAdmin) { f.failErrs = 1 << 30 }, OutcomeError},
+		{"stats answer garbage", func(f *fakeAdmin) { f.statsErr = errors.New("decoding stats: invalid character") }, OutcomeError},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(0)
+				fake.set(tt.setup)
+				cfg := testConfig()
+				e := startEngine(t, cfg, fake, nil)
+				start := time.Now()
+				d, _ := e.Trigger(context.Background())
+				<-d.Done()
+				if got := time.Since(start); got != cfg.Timeout {
+					t.Errorf("released after %s, want at the deadline %s", got, cfg.Timeout)
+				}
+				if r := d.Result(); r.Outcome != tt.outcome {
+					t.Errorf("outcome = %s (%s), want %s", r.Outcome, r.Reason, tt.outcome)
+				}
+			})
+		})
+	}
+}
+
+func TestHealthcheckFailRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		fake.set(func(f *fakeAdmin) { f.failErrs = 3 })
+		e := startEngine(t, testConfig(), fake, nil)
+		d, _ := e.Trigger(context.Background())
+		<-d.Done()
+		if r := d.Result(); r.Outcome != OutcomeDrained {
+			t.Errorf("outcome = %s (%s), want drained", r.Outcome, r.Reason)
+		}
+		if n := fake.fails.Load(); n != 4 {
+			t.Errorf("healthcheck/fail attempts = %d, want 4 (3 failures, then success)", n)
+		}
+	})
+}
+
+func TestEnvoyGone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(4)
+		cfg := testConfig()
+		e := startEngine(t, cfg, fake, nil)
+		d, _ := e.Trigger(context.Background())
+		time.Sleep(20 * time.Second)
+		fake.set(func(f *fakeAdmin) { f.statsErr = fmt.Errorf("GET /stats: %w: connection refused", envoyadmin.ErrUnreachable) })
+		killed := time.Now()
+		<-d.Done()
+		if got := time.Since(killed); got > cfg.Interval {
+			t.Errorf("released %s after envoy died, want within one interval (%s)", got, cfg.Interval)
+		}
+		if r := d.Result(); r.Outcome != OutcomeEnvoyGone || !r.OK() {
+			t.Errorf("result = %+v, want envoy_gone", r)
+		}
+	})
+}
+
+func TestEnvoyExitedSignal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(4)
+		exited := make(chan struct{})
+		cfg := testConfig()
+		cfg.EnvoyExited = exited
+		e := startEngine(t, cfg, fake, nil)
+		d, _ := e.Trigger(context.Background())
+		time.Sleep(time.Second) // during the delay
+		close(exited)
+		synctest.Wait()
+		select {
+		case <-d.Done():
+		default:
+			t.Fatal("not released at once when envoy's process exited")
+		}
+		if r := d.Result(); r.Outcome != OutcomeEnvoyGone {
+			t.Errorf("outcome = %s, want envoy_gone", r.Outcome)
+		}
+	})
+}
+
+func TestUnreachableFromTheStartIsAnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		unreachable := &unreachableAdmin{fake}
+		cfg := testConfig()
+		e := startEngine(t, cfg, unreachable, nil)
+		start := time.Now()
+		d, _ := e.Trigger(context.Background())
+		<-d.Done()
+		if got := time.Since(start); got != cfg.Timeout {
+			t.Errorf("released after %s, want at the deadline %s", got, cfg.Timeout)
+		}
+		if r := d.Result(); r.Outcome != OutcomeError {
+			t.Errorf("outcome = %s, want error: an Envoy never reached is not an Envoy gone", r.Outcome)
+		}
+	})
+}
+
+type unreachableAdmin struct{ *fakeAdmin }
+
+func (u *unreachableAdmin) HealthcheckFail(context.Context) error {
+	return fmt.Errorf("POST /healthcheck/fail: %w: connection refused", envoyadmin.ErrUnreachable)
+}
+
+func TestListenerDrainOption(t *testing.T) {
+	for _, ld := range []ListenerDrain{ListenerDrainNone, ListenerDrainInbound, ListenerDrainAll} {
+		t.Run(string(ld), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(0)
+				cfg := testConfig()
+				cfg.ListenerDrain = ld
+				e := startEngine(t, cfg, fake, nil)
+				d, _ := e.Trigger(context.Background())
+				<-d.Done()
+				fake.mu.Lock()
+				defer fake.mu.Unlock()
+				want := map[ListenerDrain]string{ListenerDrainInbound: "drain_listeners inbound=true", ListenerDrainAll: "drain_listeners inbound=false"}[ld]
+				got := ""
+				if len(fake.events) > 1 && fake.events[1] != "stats" {
+					got = fake.events[1]
+				}
+				if fake.events[0] != "healthcheck_fail" || got != want {
+					t.Errorf("events = %v, want healthcheck_fail then %q", fake.events, want)
+				}
+			})
+		})
+	}
+}
+
+func TestCanceledEngineReleasesWaiters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(9)
+		e, _ := New(testConfig(), fake, discard(), nil)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = e.Run(ctx) }()
+		d, _ := e.Trigger(context.Background())
+		time.Sleep(10 * time.Second)
+		cancel()
+		<-d.Done()
+		<-done
+		if r := d.Result(); r.Outcome != OutcomeCanceled {
+			t.Errorf("outcome = %s, want canceled", r.Outcome)
+		}
+		if _, err := e.Trigger(context.Background()); !errors.Is(err, ErrStopped) {
+			t.Errorf("trigger after stop: err = %v, want ErrStopped", err)
+		}
+	})
+}
