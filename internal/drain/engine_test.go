@@ -32,7 +32,9 @@ type fakeAdmin struct {
 	statsCall atomic.Int32
 }
 
-func newFake(inflight int64) *fakeAdmin { return &fakeAdmin{inflight: inflight, state: envoyadmin.StateLive} }
+func newFake(inflight int64) *fakeAdmin {
+	return &fakeAdmin{inflight: inflight, state: envoyadmin.StateLive}
+}
 
 func (f *fakeAdmin) record(ctx context.Context, ev string) error {
 	f.mu.Lock()
@@ -308,7 +310,9 @@ func TestEnvoyGone(t *testing.T) {
 		e := startEngine(t, cfg, fake, nil)
 		d, _ := e.Trigger(context.Background())
 		time.Sleep(20 * time.Second)
-		fake.set(func(f *fakeAdmin) { f.statsErr = fmt.Errorf("GET /stats: %w: connection refused", envoyadmin.ErrUnreachable) })
+		fake.set(func(f *fakeAdmin) {
+			f.statsErr = fmt.Errorf("GET /stats: %w: connection refused", envoyadmin.ErrUnreachable)
+		})
 		killed := time.Now()
 		<-d.Done()
 		if got := time.Since(killed); got > cfg.Interval {
