@@ -86,7 +86,7 @@ func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prom
 	srv := server.NewHTTPServer(server.New(engine, reg, log))
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving", "listen", cfg.listen.String(), "version", Version)
+	log.Info("serving", "listen", listenText(ln), "version", Version)
 
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
@@ -140,6 +140,14 @@ func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signa
 	case s := <-sigs:
 		log.Warn("second signal: exiting before the drain released", "signal", s.String())
 	}
+}
+
+// listenText is the address a listener really bound (the port chosen for ":0"), as --listen takes it.
+func listenText(ln net.Listener) string {
+	if ln.Addr().Network() == "unix" {
+		return "unix://" + ln.Addr().String()
+	}
+	return ln.Addr().String()
 }
 
 // listenAddress is a TCP address or a unix socket path.

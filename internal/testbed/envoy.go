@@ -1,0 +1,492 @@
+package testbed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Names of the listeners in the bootstrap [Start] writes. Each is also the
+// listener's stat_prefix, so its stats are "listener.<name>.*", for example
+// "listener.ingress_http.downstream_cx_active".
+const (
+	HTTPListener = "ingress_http" // http_connection_manager, stat_prefix "ingress_http" ("http.ingress_http.*")
+	TCPListener  = "ingress_tcp"  // tcp_proxy, stat_prefix "tcp" ("tcp.tcp.*")
+)
+
+// Names of the clusters in the bootstrap [Start] writes.
+const (
+	HTTPCluster = "upstream_http" // the Upstream's HTTPAddr, HTTP/1.1
+	TCPCluster  = "upstream_tcp"  // the Upstream's TCPAddr
+)
+
+// Defaults of [Options].
+const (
+	DefaultConcurrency  = 2
+	DefaultStartTimeout = 60 * time.Second
+)
+
+// adminTimeout bounds one request of the client AdminClient returns.
+const adminTimeout = 10 * time.Second
+
+// maxUnixPath is the longest unix socket path that works on every unix
+// (sun_path is 104 bytes on the BSDs, 108 on Linux, both including the NUL).
+const maxUnixPath = 103
+
+// Options configures [Start].
+type Options struct {
+	// AdminUnix puts the admin interface on the unix socket Dir/admin.sock
+	// instead of 127.0.0.1 with a kernel-chosen port.
+	AdminUnix bool
+	// DrainTime is Envoy's --drain-time-s, rounded up to whole seconds;
+	// 0 leaves Envoy's default (600 s).
+	DrainTime time.Duration
+	// DrainStrategy is Envoy's --drain-strategy: "gradual" or "immediate";
+	// "" leaves Envoy's default (gradual).
+	DrainStrategy string
+	// Concurrency is Envoy's --concurrency (worker threads); 0 means
+	// [DefaultConcurrency].
+	Concurrency int
+	// Dir is the working directory of Envoy and holds the bootstrap
+	// (envoy.json), the log (envoy.log), the admin address file and the admin
+	// socket. Required; it is created if missing. With AdminUnix its absolute
+	// path must be short enough for a unix socket path (at most 92 bytes).
+	Dir string
+	// Stdout and Stderr receive Envoy's output (its log goes to stderr). A nil
+	// writer sends that stream to Dir/envoy.log, which Start truncates.
+	Stdout, Stderr io.Writer
+	// LogLevel is Envoy's --log-level; "" leaves Envoy's default (info).
+	LogLevel string
+	// StartTimeout bounds how long Start waits for Envoy to become ready,
+	// in addition to ctx; 0 means [DefaultStartTimeout].
+	StartTimeout time.Duration
+	// Args are extra command-line arguments, appended after those Start sets.
+	Args []string
+}
+
+// Envoy is a running Envoy process started by [Start], configured with:
+//
+//   - an HTTP listener [HTTPListener] (http_connection_manager with
+//     stat_prefix "ingress_http", codec AUTO so HTTP/1.1 and h2c both work)
+//     that routes every request to the Upstream's HTTP server, with the route
+//     timeout disabled so long requests work;
+//   - a TCP listener [TCPListener] (tcp_proxy with stat_prefix "tcp") to the
+//     Upstream's echo server;
+//   - the admin interface, on 127.0.0.1 or a unix socket (Options.AdminUnix).
+//
+// All listeners bind 127.0.0.1 with a kernel-chosen port; Start reads the real
+// ports from the admin's GET /listeners?format=json.
+type Envoy struct {
+	Bin Binary
+	// AdminURL is the admin address in the form the shutdown manager's
+	// --admin-address flag takes: "http://127.0.0.1:PORT" or
+	// "unix:///abs/path/admin.sock".
+	AdminURL string
+	HTTPAddr string // "127.0.0.1:PORT" of the HTTP listener
+	TCPAddr  string // "127.0.0.1:PORT" of the TCP proxy listener
+	// Cmd is the running process. Use Signal, Wait, Exited and Stop rather than
+	// Cmd.Wait or Cmd.Process.Wait, which only one caller may use.
+	Cmd *exec.Cmd
+	// Dir is Options.Dir made absolute.
+	Dir string
+	// ConfigPath is the bootstrap file Envoy runs with.
+	ConfigPath string
+	// LogPath is Dir/envoy.log if Envoy writes to it (Options.Stdout or
+	// Options.Stderr nil), else "".
+	LogPath string
+
+	adminNet, adminAddr string // how to dial the admin interface
+	adminBase           string // URL prefix of admin requests over adminClient
+	adminClient         *http.Client
+
+	exited  chan struct{} // closed once the process is reaped
+	waitErr error         // result of Cmd.Wait; written before exited is closed
+	killed  atomic.Bool   // Stop or a failed Start killed the process
+}
+
+// Start writes the bootstrap for up (required) to opts.Dir, starts Envoy with
+// --disable-hot-restart and --use-dynamic-base-id, waits until the admin's GET /ready answers 200 and
+// discovers the listener ports.
+//
+// ctx bounds the life of the process, not only the start: when ctx is done
+// Envoy is killed (SIGKILL), as with [exec.CommandContext]. Waiting for
+// readiness is further bounded by opts.StartTimeout. On error the process,
+// if started, has been killed and reaped; the error includes the end of
+// Envoy's log when that is in Dir/envoy.log.
+func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy, error) {
+	if opts.Dir == "" || up == nil {
+		return nil, errors.New("testbed: Options.Dir and the Upstream are required")
+	}
+	switch opts.DrainStrategy {
+	case "", "gradual", "immediate":
+	default:
+		return nil, fmt.Errorf("testbed: DrainStrategy %q: want \"\", \"gradual\" or \"immediate\"", opts.DrainStrategy)
+	}
+	if opts.DrainTime < 0 || opts.Concurrency < 0 || opts.StartTimeout < 0 {
+		return nil, errors.New("testbed: negative DrainTime, Concurrency or StartTimeout")
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	if sock := filepath.Join(dir, "admin.sock"); opts.AdminUnix && len(sock) > maxUnixPath {
+		return nil, fmt.Errorf("testbed: admin socket path %s is longer than %d bytes; use a shorter Dir", sock, maxUnixPath)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	e := &Envoy{
+		Bin:        bin,
+		Dir:        dir,
+		ConfigPath: filepath.Join(dir, "envoy.json"),
+		exited:     make(chan struct{}),
+	}
+
+	concurrency := orDefault(opts.Concurrency, DefaultConcurrency)
+	args := []string{
+		"--config-path", e.ConfigPath,
+		"--disable-hot-restart",
+		// Without hot restart Envoy uses no shared memory or domain socket, so
+		// base IDs cannot clash; a dynamic one is asked for all the same.
+		"--use-dynamic-base-id",
+		"--concurrency", strconv.Itoa(concurrency),
+	}
+	var adminJSON map[string]any
+	addrPath := filepath.Join(dir, "admin-address")
+	if opts.AdminUnix {
+		sock := filepath.Join(dir, "admin.sock")
+		if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		adminJSON = map[string]any{"address": map[string]any{"pipe": map[string]any{"path": sock}}}
+		e.adminNet, e.adminAddr = "unix", sock
+		e.adminBase = "http://envoy-admin" // the host is not used to dial
+		e.AdminURL = "unix://" + sock
+	} else {
+		if err := os.Remove(addrPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		adminJSON = map[string]any{"address": socketAddress("127.0.0.1", 0)}
+		args = append(args, "--admin-address-path", addrPath)
+	}
+	if opts.DrainTime > 0 {
+		secs := int64((opts.DrainTime + time.Second - 1) / time.Second)
+		args = append(args, "--drain-time-s", strconv.FormatInt(secs, 10))
+	}
+	if opts.DrainStrategy != "" {
+		args = append(args, "--drain-strategy", opts.DrainStrategy)
+	}
+	if opts.LogLevel != "" {
+		args = append(args, "--log-level", opts.LogLevel)
+	}
+	args = append(args, opts.Args...)
+
+	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up), "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(e.ConfigPath, cfg, 0o644); err != nil {
+		return nil, err
+	}
+
+	cmd := exec.CommandContext(ctx, bin.Path, args...)
+	cmd.Dir = dir
+	cmd.SysProcAttr = sysProcAttr()
+	// Envoy starts no processes of its own, so killing it kills its group.
+	cmd.Cancel = func() error {
+		e.killed.Store(true)
+		return cmd.Process.Kill()
+	}
+	// Bounds Wait when Stdout/Stderr are not files and a copy goroutine is
+	// blocked (the process itself is already dead by then).
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Stdout, cmd.Stderr = opts.Stdout, opts.Stderr
+	var logFile *os.File
+	if cmd.Stdout == nil || cmd.Stderr == nil {
+		e.LogPath = filepath.Join(dir, "envoy.log")
+		logFile, err = os.OpenFile(e.LogPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			return nil, err
+		}
+		if cmd.Stdout == nil {
+			cmd.Stdout = logFile
+		}
+		if cmd.Stderr == nil {
+			cmd.Stderr = logFile
+		}
+	}
+	e.Cmd = cmd
+	err = cmd.Start()
+	if logFile != nil {
+		logFile.Close() // the child has its own descriptor
+	}
+	if err != nil {
+		return nil, fmt.Errorf("testbed: start %s: %w", bin.Path, err)
+	}
+	go func() {
+		e.waitErr = cmd.Wait()
+		close(e.exited)
+	}()
+
+	startCtx, cancel := context.WithTimeout(ctx, orDefault(opts.StartTimeout, DefaultStartTimeout))
+	defer cancel()
+	if err := e.awaitReady(startCtx, addrPath); err != nil {
+		e.Stop()
+		return nil, e.startError(err)
+	}
+	return e, nil
+}
+
+// orDefault returns v, or def if v is zero.
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// startError decorates err with the process state and the end of the log.
+func (e *Envoy) startError(err error) error {
+	msg := fmt.Sprintf("testbed: %s (pid %d): %v", e.Bin, e.Cmd.Process.Pid, err)
+	select {
+	case <-e.exited:
+		if !e.killed.Load() {
+			msg += fmt.Sprintf("; exited: %v", e.waitErr)
+		}
+	default:
+	}
+	if tail := e.LogTail(20); tail != "" {
+		msg += "\n--- end of " + e.LogPath + " ---\n" + tail
+	}
+	return errors.New(msg)
+}
+
+// LogTail returns the last n lines of Dir/envoy.log, or "" if Envoy does not
+// log there or it cannot be read.
+func (e *Envoy) LogTail(n int) string {
+	if e.LogPath == "" {
+		return ""
+	}
+	b, err := os.ReadFile(e.LogPath)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// awaitReady polls, every pollInterval until ctx is done or Envoy exits, for
+// the admin address (TCP admin only), then for GET /ready = 200, then reads
+// the listener ports.
+func (e *Envoy) awaitReady(ctx context.Context, addrPath string) error {
+	const pollInterval = 20 * time.Millisecond
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("not ready: %w (last: %v)", context.Cause(ctx), lastErr)
+		case <-e.exited:
+			return errors.New("exited before it was ready")
+		case <-tick.C:
+		}
+		if e.adminNet == "" {
+			b, err := os.ReadFile(addrPath)
+			addr := strings.TrimSpace(string(b))
+			if err != nil || addr == "" {
+				lastErr = fmt.Errorf("admin address file: %v", err)
+				continue
+			}
+			if _, _, err := net.SplitHostPort(addr); err != nil {
+				return fmt.Errorf("admin address file %s: %w", addrPath, err)
+			}
+			e.adminNet, e.adminAddr = "tcp", addr
+			e.adminBase = "http://" + addr
+			e.AdminURL = e.adminBase
+		}
+		if e.adminClient == nil {
+			e.adminClient = e.newAdminClient()
+		}
+		if _, err := e.AdminGet(ctx, "/ready"); err != nil {
+			lastErr = err
+			continue
+		}
+		return e.discoverListeners(ctx)
+	}
+}
+
+// discoverListeners fills HTTPAddr and TCPAddr from GET /listeners?format=json.
+func (e *Envoy) discoverListeners(ctx context.Context) error {
+	body, err := e.AdminGet(ctx, "/listeners?format=json")
+	if err != nil {
+		return err
+	}
+	var ls struct {
+		ListenerStatuses []struct {
+			Name         string `json:"name"`
+			LocalAddress struct {
+				SocketAddress struct {
+					Address   string `json:"address"`
+					PortValue int    `json:"port_value"`
+				} `json:"socket_address"`
+			} `json:"local_address"`
+		} `json:"listener_statuses"`
+	}
+	if err := json.Unmarshal(body, &ls); err != nil {
+		return fmt.Errorf("/listeners: %w", err)
+	}
+	for _, l := range ls.ListenerStatuses {
+		sa := l.LocalAddress.SocketAddress
+		addr := net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
+		switch l.Name {
+		case HTTPListener:
+			e.HTTPAddr = addr
+		case TCPListener:
+			e.TCPAddr = addr
+		}
+	}
+	if e.HTTPAddr == "" || e.TCPAddr == "" || strings.HasSuffix(e.HTTPAddr, ":0") || strings.HasSuffix(e.TCPAddr, ":0") {
+		return fmt.Errorf("/listeners lacks %s or %s with a port: %s", HTTPListener, TCPListener, body)
+	}
+	return nil
+}
+
+func (e *Envoy) newAdminClient() *http.Client {
+	network, addr := e.adminNet, e.adminAddr
+	d := &net.Dialer{Timeout: adminTimeout}
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return d.DialContext(ctx, network, addr)
+			},
+			Proxy:           nil,
+			MaxIdleConns:    2,
+			IdleConnTimeout: 30 * time.Second,
+		},
+		Timeout: adminTimeout,
+	}
+}
+
+// AdminClient returns an HTTP client whose connections go to the admin
+// interface (TCP or unix socket, whatever the URL says); each request is
+// bounded by 10 s. Build request URLs with AdminEndpoint.
+func (e *Envoy) AdminClient() *http.Client { return e.adminClient }
+
+// AdminEndpoint returns the URL of the admin path (like "/stats?format=json")
+// to use with AdminClient. For a unix socket admin its host is a placeholder.
+func (e *Envoy) AdminEndpoint(path string) string { return e.adminBase + path }
+
+// AdminGet sends GET path to the admin interface and returns the body; a
+// status other than 200 is an error.
+func (e *Envoy) AdminGet(ctx context.Context, path string) ([]byte, error) {
+	return e.admin(ctx, http.MethodGet, path)
+}
+
+// AdminPost sends POST path (no body) to the admin interface and returns the
+// body; a status other than 200 is an error.
+func (e *Envoy) AdminPost(ctx context.Context, path string) ([]byte, error) {
+	return e.admin(ctx, http.MethodPost, path)
+}
+
+func (e *Envoy) admin(ctx context.Context, method, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, method, e.AdminEndpoint(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := e.adminClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return body, fmt.Errorf("admin %s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
+}
+
+// Stats returns the counters and gauges whose names match the regular
+// expression filter (Envoy's /stats?filter=), by full stat name. Histograms
+// and text readouts are left out.
+func (e *Envoy) Stats(ctx context.Context, filter string) (map[string]int64, error) {
+	body, err := e.AdminGet(ctx, "/stats?format=json&filter="+url.QueryEscape(filter))
+	if err != nil {
+		return nil, err
+	}
+	var s struct {
+		Stats []struct {
+			Name  string          `json:"name"`
+			Value json.RawMessage `json:"value"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, fmt.Errorf("/stats: %w", err)
+	}
+	out := make(map[string]int64, len(s.Stats))
+	for _, st := range s.Stats {
+		if st.Name == "" {
+			continue // the histograms entry
+		}
+		v, err := strconv.ParseInt(string(st.Value), 10, 64)
+		if err != nil {
+			continue // a text readout
+		}
+		out[st.Name] = v
+	}
+	return out, nil
+}
+
+// Signal sends sig to Envoy; after Envoy has exited it returns
+// [os.ErrProcessDone].
+func (e *Envoy) Signal(sig os.Signal) error { return e.Cmd.Process.Signal(sig) }
+
+// Wait waits for Envoy to exit and returns the result of [exec.Cmd.Wait]
+// (nil for exit status 0). Any number of goroutines may call it; all get the
+// same result.
+func (e *Envoy) Wait() error {
+	<-e.exited
+	return e.waitErr
+}
+
+// Exited returns a channel that is closed once Envoy has exited and been
+// reaped; Wait then returns at once.
+func (e *Envoy) Exited() <-chan struct{} { return e.exited }
+
+// Killed reports whether Stop, the end of Start's ctx or a failed Start
+// killed Envoy, as opposed to Envoy exiting by itself or on a signal sent
+// with Signal.
+func (e *Envoy) Killed() bool { return e.killed.Load() }
+
+// Stop kills Envoy (SIGKILL) if it is still running and waits until it is
+// reaped. It is idempotent and safe for concurrent use. It leaves Dir alone.
+func (e *Envoy) Stop() {
+	select {
+	case <-e.exited:
+		return
+	default:
+	}
+	// Process.Kill is safe against PID reuse: it does nothing once the
+	// process has been reaped.
+	if e.Cmd.Process.Kill() == nil {
+		e.killed.Store(true)
+	}
+	<-e.exited
+}
