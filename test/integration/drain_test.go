@@ -1,0 +1,341 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// A load balancer's pool of idle keep-alive connections does not hold the default drain: it is released
+// while every one of them is still open. When Envoy then exits, each one sees a clean close (FIN), no reset.
+func TestIdleKeepAliveDoesNotHoldDrain(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+
+		p := start(t, append([]string{"drain", "--admin-address", e.AdminURL}, fast()...)...)
+		f := p.finished(t, 30*time.Second)
+		if code := p.wait(t, 5*time.Second); code != 0 {
+			t.Fatalf("exit code %d, want 0", code)
+		}
+		if f.Outcome != "drained" {
+			t.Fatalf("outcome %q (%s), want drained", f.Outcome, f.Reason)
+		}
+		if c := pool.Counts(); c.Open != 50 {
+			t.Fatalf("at release: %s; want all 50 idle connections still open (they must not hold the drain)", c)
+		}
+		// min-drain-duration (1s) plus one interval (100ms), plus the time to start and to fail health checks.
+		if f.Duration > 1100*time.Millisecond+time.Second {
+			t.Errorf("drain took %s with only idle connections, want min-drain-duration plus one interval", f.Duration)
+		}
+
+		stopEnvoy(t, e)
+		if err := pool.WaitEnded(ctx, 50); err != nil {
+			t.Fatalf("idle connections after envoy exited: %s: %v", pool.Counts(), err)
+		}
+		if c := pool.Counts(); c.FIN != 50 {
+			t.Errorf("idle connections after envoy exited: %s; want 50 clean closes (FIN)", c)
+		}
+	})
+}
+
+// In `connections` mode, idle keep-alive connections hold the drain until they close.
+func TestConnectionsModeWaitsForIdleConnections(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, a := serve(t, e, fast("--count", "connections")...)
+		shutdown := make(chan int, 1)
+		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
+
+		st := a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "waiting" })
+		if st.Open != 50 {
+			t.Errorf("open in connections mode = %d, want the 50 idle connections", st.Open)
+		}
+		select {
+		case code := <-shutdown:
+			t.Fatalf("/shutdown answered %d while 50 connections were open", code)
+		default:
+		}
+		pool.Close() // the load balancer lets go
+		closed := time.Now()
+		if code := <-shutdown; code != http.StatusOK {
+			t.Fatalf("/shutdown = %d, want 200", code)
+		}
+		f := p.finished(t, 10*time.Second)
+		if f.Outcome != "drained" || time.Since(closed) > 10*time.Second {
+			t.Errorf("outcome %q (%s), want drained after the pool closed", f.Outcome, f.Reason)
+		}
+	})
+}
+
+// Clients that keep sending on keep-alive connections get `Connection: close` on every response once the
+// drain has begun, none of them fails, and the drain releases only after the last request has finished.
+func TestActiveKeepAliveClients(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// Ten clients, each with one request of 200 ms in flight at any time: the work never pauses.
+		loadCtx, stopLoad := context.WithCancel(ctx)
+		load := testbed.KeepAlive(loadCtx, e.HTTPAddr, 10, 0, "/sleep?d=200ms")
+		_, a := serve(t, e, fast()...)
+		waitSent(t, load, 20)
+
+		shutdown := make(chan time.Time, 1)
+		go func() { a.get(ctx, "/shutdown"); shutdown <- time.Now() }()
+		a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "min_duration" })
+		before := load.Snapshot()
+		a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "waiting" })
+		select {
+		case <-shutdown:
+			t.Fatal("released while requests were in flight")
+		default:
+		}
+		load.Drain() // the clients stop sending; requests in flight finish
+		res := load.Wait()
+		lastDone := time.Now()
+		stopLoad()
+		released := <-shutdown
+		if res.Failed != 0 {
+			t.Errorf("client errors: %s", res)
+		}
+		if !released.After(lastDone.Add(-50 * time.Millisecond)) {
+			t.Errorf("released at %s, before the last request finished at %s", released, lastDone)
+		}
+		if n := res.ConnectionClose - before.ConnectionClose; n < res.OK-before.OK-10 || n == 0 {
+			t.Errorf("%d of %d responses during the drain carried Connection: close; want all but at most one per client in flight when it began",
+				n, res.OK-before.OK)
+		}
+	})
+}
+
+// Long requests started before the drain and during its minimum duration all complete with 200, new
+// connections are served during the drain delay and the minimum duration, and release comes after the
+// last one.
+func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		first := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second)
+		waitInFlight(t, e, 5)
+		p, a := serve(t, e, "--drain-delay", "500ms", "--min-drain-duration", "1500ms", "--check-interval", "100ms", "--drain-timeout", "30s")
+		shutdown := make(chan int, 1)
+		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
+
+		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "delay" })
+		inDelay := testbed.KeepAlive(ctx, e.HTTPAddr, 2, 0, "/")
+		waitSent(t, inDelay, 10)
+		inDelay.Stop()
+		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "min_duration" })
+		second := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second) // new connections, health checks failing
+		inMin := testbed.KeepAlive(ctx, e.HTTPAddr, 2, 0, "/")
+		waitSent(t, inMin, 10)
+		inMin.Stop()
+
+		r1, r2 := first.Wait(), second.Wait()
+		allDone := time.Now()
+		code := <-shutdown
+		f := p.finished(t, 5*time.Second)
+		for name, r := range map[string]testbed.Result{"before the drain": r1, "during the drain": r2} {
+			if r.OK != 5 || r.Failed != 0 {
+				t.Errorf("long requests %s: %s; want 5 OK", name, r)
+			}
+		}
+		for name, r := range map[string]testbed.Result{"drain delay": inDelay.Wait(), "min duration": inMin.Wait()} {
+			if r.Failed != 0 || r.OK == 0 {
+				t.Errorf("new connections during the %s: %s; want all served", name, r)
+			}
+		}
+		if code != http.StatusOK || f.Outcome != "drained" {
+			t.Errorf("/shutdown = %d, outcome %q (%s); want 200 drained", code, f.Outcome, f.Reason)
+		}
+		if time.Since(allDone) > 5*time.Second || f.Duration < 3*time.Second {
+			t.Errorf("drain took %s; want release after the long requests (3s)", f.Duration)
+		}
+		stopEnvoy(t, e)
+	})
+}
+
+// An HTTP/2 connection with streams in flight when the drain begins: the streams complete with 200, the
+// drain releases after them, and Envoy sends GOAWAY and closes the connection.
+func TestHTTP2StreamsCompleteAndGoAway(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		load := testbed.HTTP2(ctx, e.HTTPAddr, 4, "/sleep?d=2s")
+		waitInFlight(t, e, 4)
+		p, a := serve(t, e, fast()...)
+		shutdown := make(chan int, 1)
+		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
+		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "min_duration" })
+		load.Drain() // the client sends no new stream; the 4 in flight go on
+		res := load.Wait()
+		finished := time.Now()
+		if code := <-shutdown; code != http.StatusOK {
+			t.Errorf("/shutdown = %d, want 200", code)
+		}
+		f := p.finished(t, 5*time.Second)
+		if f.Outcome != "drained" || f.Duration < 2*time.Second {
+			t.Errorf("outcome %q after %s (%s); want drained after the 2s streams", f.Outcome, f.Duration, f.Reason)
+		}
+		if res.Failed != 0 || res.OK < 4 {
+			t.Errorf("HTTP/2 streams: %s; want the 4 in flight to complete", res)
+		}
+		// Envoy sends GOAWAY with the streams' responses and closes the connection after its drain_timeout (5s).
+		waitStat(t, e, "http.ingress_http.downstream_cx_drain_close", 1)
+		waitStatBelow(t, e, "http.ingress_http.downstream_cx_http2_active", 1, 15*time.Second)
+		t.Logf("HTTP/2 connection closed by envoy %s after its streams finished", time.Since(finished).Round(time.Millisecond))
+	})
+}
+
+// A TCP proxy connection is counted (no HTTP manager owns it) and holds the drain until it closes; one that
+// outlives the deadline releases the drain at the deadline with outcome timeout.
+func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+
+		t.Run("until it closes", func(t *testing.T) {
+			hold := testbed.TCPHold(ctx, e.TCPAddr, 3*time.Second)
+			waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+			p := start(t, append([]string{"drain", "--admin-address", e.AdminURL}, fast()...)...)
+			res := hold.Wait()
+			closed := time.Now()
+			f := p.finished(t, 30*time.Second)
+			p.wait(t, 5*time.Second)
+			if res.Failed != 0 {
+				t.Errorf("TCP connection: %s", res)
+			}
+			if f.Outcome != "drained" || p.exitAt.Before(closed) {
+				t.Errorf("outcome %q (%s) at %s; want drained after the TCP connection closed at %s", f.Outcome, f.Reason, p.exitAt, closed)
+			}
+		})
+		t.Run("past the deadline", func(t *testing.T) {
+			hold := testbed.TCPHold(ctx, e.TCPAddr, 30*time.Second)
+			defer hold.Stop()
+			waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "500ms", "--check-interval", "100ms", "--drain-timeout", "2s")
+			f := p.finished(t, 10*time.Second)
+			if code := p.wait(t, 5*time.Second); code != 1 {
+				t.Errorf("exit code %d, want 1 (timed out)", code)
+			}
+			if f.Outcome != "timeout" || f.Open != 1 {
+				t.Errorf("outcome %q open %v (%s); want timeout with 1 open", f.Outcome, f.Open, f.Reason)
+			}
+			if f.Duration < 2*time.Second || f.Duration > 3*time.Second {
+				t.Errorf("released after %s, want at the 2s deadline", f.Duration)
+			}
+		})
+	})
+}
+
+// Envoy killed mid-drain: the drain releases within one interval, outcome envoy_gone (exit 0).
+func TestEnvoyKilledMidDrain(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		for _, unix := range []bool{false, true} {
+			name := map[bool]string{false: "tcp admin", true: "unix admin"}[unix]
+			t.Run(name, func(t *testing.T) {
+				e := startEnvoy(t, bin, testbed.Options{AdminUnix: unix})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				long := testbed.Long(ctx, e.HTTPAddr, 2, 20*time.Second)
+				defer long.Stop()
+				waitInFlight(t, e, 2)
+				p, a := serve(t, e, fast("--check-interval", "250ms")...)
+				go a.get(ctx, "/shutdown")
+				a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "waiting" && s.Open == 2 })
+				if err := e.Signal(syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+				<-e.Exited()
+				killed := time.Now()
+				f := p.finished(t, 10*time.Second)
+				if f.Outcome != "envoy_gone" {
+					t.Errorf("outcome %q (%s), want envoy_gone", f.Outcome, f.Reason)
+				}
+				if took := time.Since(killed); took > time.Second {
+					t.Errorf("released %s after envoy died, want within about one interval (250ms)", took)
+				}
+			})
+		}
+	})
+}
+
+// No Envoy behind the admin address from the start: release at the deadline with outcome error, exit 1.
+func TestAdminUnreachableFromStart(t *testing.T) {
+	p := start(t, "drain", "--admin-address", "http://127.0.0.1:1", "--min-drain-duration", "0s", "--drain-timeout", "2s")
+	f := p.finished(t, 10*time.Second)
+	if code := p.wait(t, 5*time.Second); code != 1 {
+		t.Errorf("exit code %d, want 1", code)
+	}
+	if f.Outcome != "error" || f.Duration < 2*time.Second || f.Duration > 3*time.Second {
+		t.Errorf("outcome %q after %s (%s); want error at the 2s deadline", f.Outcome, f.Duration, f.Reason)
+	}
+}
+
+// waitSent waits until a load has sent n requests.
+func waitSent(t *testing.T, l *testbed.Load, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Snapshot().Sent < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("load sent %s, want %d requests", l.Snapshot(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// waitInFlight waits until Envoy's HTTP manager has n requests in flight.
+func waitInFlight(t *testing.T, e *testbed.Envoy, n int64) {
+	t.Helper()
+	waitStat(t, e, "http.ingress_http.downstream_rq_active", n)
+}
+
+// waitStatBelow waits until Envoy's stat name is below n, for at most d.
+func waitStatBelow(t *testing.T, e *testbed.Envoy, name string, n int64, d time.Duration) {
+	t.Helper()
+	waitStatCond(t, e, name, d, func(v int64) bool { return v < n })
+}
+
+// waitStat waits until Envoy's stat name is at least n.
+func waitStat(t *testing.T, e *testbed.Envoy, name string, n int64) {
+	t.Helper()
+	waitStatCond(t, e, name, 10*time.Second, func(v int64) bool { return v >= n })
+}
+
+func waitStatCond(t *testing.T, e *testbed.Envoy, name string, d time.Duration, cond func(int64) bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		stats, err := e.Stats(ctx, "^"+strings.ReplaceAll(name, ".", `\.`)+"$")
+		if _, ok := stats[name]; ok && err == nil && cond(stats[name]) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s: condition not met within %s: %v %v", name, d, stats, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

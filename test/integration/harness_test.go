@@ -1,0 +1,334 @@
+// Package integration runs the real shutdown-manager binary against real Envoy releases (every binary
+// testbed.FindBinaries finds: both pinned versions after `make envoy`), with real clients over loopback.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+var smBin string // the shutdown-manager binary under test, built by TestMain
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sm-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	smBin = filepath.Join(dir, "shutdown-manager")
+	build := exec.Command("go", "build", "-race", "-o", smBin, "../../cmd/shutdown-manager")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building shutdown-manager:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// forEachEnvoy runs f as a subtest for every Envoy binary. Without one, the test fails under CI=true and
+// is skipped elsewhere: CI must never pass by not testing.
+func forEachEnvoy(t *testing.T, f func(t *testing.T, bin testbed.Binary)) {
+	t.Helper()
+	bins, err := testbed.FindBinaries()
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no Envoy binary under CI (run `make envoy` or set ENVOY_BIN): %v", err)
+		}
+		t.Skipf("no Envoy binary (run `make envoy` or set ENVOY_BIN): %v", err)
+	}
+	for _, bin := range bins {
+		t.Run("envoy-"+bin.Version, func(t *testing.T) { f(t, bin) })
+	}
+}
+
+// startEnvoy starts an upstream and an Envoy in front of it; both stop at the end of the test.
+func startEnvoy(t *testing.T, bin testbed.Binary, opts testbed.Options) *testbed.Envoy {
+	t.Helper()
+	up, err := testbed.StartUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	if opts.Dir == "" {
+		opts.Dir = shortTempDir(t)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e, err := testbed.Start(ctx, bin, up, opts)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		e.Stop()
+		cancel()
+		if t.Failed() && e.LogPath != "" {
+			t.Logf("envoy log tail:\n%s", e.LogTail(8))
+		}
+	})
+	return e
+}
+
+// shortTempDir is a temporary directory with a path short enough for unix sockets.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "sm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// fast are drain flags that keep tests short; each test adds what it is about.
+func fast(extra ...string) []string {
+	return append([]string{"--min-drain-duration", "1s", "--check-interval", "100ms", "--drain-timeout", "30s", "--log-level", "debug"}, extra...)
+}
+
+// logLine is one JSON log line of shutdown-manager.
+type logLine map[string]any
+
+func (l logLine) str(k string) string { s, _ := l[k].(string); return s }
+
+// proc is a running shutdown-manager whose JSON log is collected.
+type proc struct {
+	cmd     *exec.Cmd
+	mu      sync.Mutex
+	lines   []logLine
+	raw     bytes.Buffer
+	newLine chan struct{} // closed and replaced on every line
+	exited  chan struct{}
+	exitAt  time.Time
+	code    int
+}
+
+// start runs shutdown-manager with args; it is killed at the end of the test if still running.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(smBin, args...), newLine: make(chan struct{}), exited: make(chan struct{})}
+	stderr, err := p.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Stdout = io.Discard
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			var l logLine
+			_ = json.Unmarshal(sc.Bytes(), &l)
+			p.mu.Lock()
+			p.raw.Write(sc.Bytes())
+			p.raw.WriteByte('\n')
+			if l != nil {
+				p.lines = append(p.lines, l)
+			}
+			close(p.newLine)
+			p.newLine = make(chan struct{})
+			p.mu.Unlock()
+		}
+		err := p.cmd.Wait()
+		p.mu.Lock()
+		p.exitAt = time.Now()
+		p.code = p.cmd.ProcessState.ExitCode()
+		if err != nil && p.code < 0 {
+			p.code = -1
+		}
+		p.mu.Unlock()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("shutdown-manager %s log:\n%s", args[0], p.log())
+		}
+	})
+	return p
+}
+
+func (p *proc) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.raw.String()
+}
+
+// waitLog waits for a log line with msg, for at most d.
+func (p *proc) waitLog(t *testing.T, msg string, d time.Duration) logLine {
+	t.Helper()
+	deadline := time.After(d)
+	for i := 0; ; {
+		p.mu.Lock()
+		for ; i < len(p.lines); i++ {
+			if p.lines[i].str("msg") == msg {
+				l := p.lines[i]
+				p.mu.Unlock()
+				return l
+			}
+		}
+		ch := p.newLine
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-p.exited:
+			p.mu.Lock()
+			n := len(p.lines)
+			p.mu.Unlock()
+			if i >= n {
+				t.Fatalf("shutdown-manager exited without logging %q", msg)
+			}
+		case <-deadline:
+			t.Fatalf("no log line %q within %s", msg, d)
+		}
+	}
+}
+
+// wait waits for the process to exit, for at most d, and returns its exit code.
+func (p *proc) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(d):
+		t.Fatalf("shutdown-manager still running after %s", d)
+	}
+	return p.code
+}
+
+func (p *proc) running() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// finished is the "drain finished" log line's fields.
+type finished struct {
+	Outcome  string
+	Open     float64
+	Duration time.Duration
+	Reason   string
+}
+
+func (p *proc) finished(t *testing.T, d time.Duration) finished {
+	t.Helper()
+	l := p.waitLog(t, "drain finished", d)
+	dur, _ := time.ParseDuration(l.str("duration"))
+	open, _ := l["open"].(float64)
+	return finished{Outcome: l.str("outcome"), Open: open, Duration: dur, Reason: l.str("reason")}
+}
+
+// api is a client of a serving shutdown-manager.
+type api struct {
+	base   string
+	client *http.Client
+}
+
+func newAPI(listen string) api {
+	if path, ok := strings.CutPrefix(listen, "unix://"); ok {
+		return api{base: "http://sm", client: &http.Client{Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				return (&net.Dialer{}).DialContext(ctx, "unix", path)
+			}}}}
+	}
+	return api{base: "http://" + listen, client: &http.Client{}}
+}
+
+func (a api) get(ctx context.Context, path string) (int, string, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, a.base+path, nil)
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), err
+}
+
+// serve starts `shutdown-manager serve` on 127.0.0.1:0 and returns its API once it serves.
+func serve(t *testing.T, e *testbed.Envoy, args ...string) (*proc, api) {
+	t.Helper()
+	p := start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--admin-address", e.AdminURL}, args...)...)
+	l := p.waitLog(t, "serving", 10*time.Second)
+	return p, newAPI(l.str("listen"))
+}
+
+// status is the part of GET /status the tests read.
+type status struct {
+	State   string `json:"state"`
+	Open    int64  `json:"open"`
+	Outcome string `json:"outcome"`
+}
+
+// waitStatus polls /status until cond holds, for at most d.
+func (a api) waitStatus(t *testing.T, d time.Duration, cond func(status) bool) status {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	var st status
+	for {
+		code, body, err := a.get(ctx, "/status")
+		if err == nil && code == 200 {
+			st = status{}
+			if json.Unmarshal([]byte(body), &st) == nil && cond(st) {
+				return st
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("status condition not met within %s; last status %+v", d, st)
+		case <-tick.C:
+		}
+	}
+}
+
+// envoyState reads Envoy's own server state (LIVE, DRAINING) from its admin API.
+func envoyState(t *testing.T, e *testbed.Envoy) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	b, err := e.AdminGet(ctx, "/server_info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct{ State string }
+	if err := json.Unmarshal(b, &info); err != nil {
+		t.Fatal(err)
+	}
+	return info.State
+}
+
+// stopEnvoy sends Envoy SIGTERM (what kubelet does once the preStop hook returns) and waits for its exit.
+func stopEnvoy(t *testing.T, e *testbed.Envoy) {
+	t.Helper()
+	if err := e.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-e.Exited():
+	case <-time.After(15 * time.Second):
+		t.Fatal("envoy did not exit within 15s of SIGTERM")
+	}
+}
