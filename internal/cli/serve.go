@@ -70,6 +70,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // serve runs the API until SIGTERM or SIGINT (or ctx), then exits once any drain has released:
 // a drain in progress keeps the process, and so the pending /shutdown answers, alive.
 func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prometheus.Registry, log *slog.Logger) error {
+	// Before anything else: a SIGTERM that comes early must not kill the process with the default action.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sigs)
+
 	ln, err := cfg.listen.listen()
 	if err != nil {
 		log.Error("cannot listen", "listen", cfg.listen.String(), "err", err)
@@ -87,10 +92,6 @@ func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prom
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info("serving", "listen", listenText(ln), "version", Version)
-
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sigs)
 
 	select {
 	case err := <-serveErr:

@@ -332,3 +332,9 @@ func stopEnvoy(t *testing.T, e *testbed.Envoy) {
 		t.Fatal("envoy did not exit within 15s of SIGTERM")
 	}
 }
+
+// runOutput runs shutdown-manager to completion and returns its combined output.
+func runOutput(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, smBin, args...).CombinedOutput()
+	return string(out), err
+}
