@@ -113,12 +113,15 @@ func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prom
 	return nil
 }
 
-// awaitRelease waits for the drain in progress, or for one starting within wait, to release. A second signal
-// ends the wait. Kubelet sends the Envoy container's preStop request and this container's SIGTERM at about
+// awaitRelease waits for the drain in progress, or, if none has run yet, for one starting within wait, to
+// release. A second signal ends the wait. Kubelet sends the Envoy container's preStop request and this container's SIGTERM at about
 // the same moment, so the trigger may arrive just after the signal.
 func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
 	next := engine.NextStart()
 	d := engine.Running()
+	if d == nil && engine.Status().Phase == drain.PhaseReleased {
+		return // this pod's drain is over: no trigger is on its way
+	}
 	if d == nil {
 		timer := time.NewTimer(wait)
 		defer timer.Stop()

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -246,10 +245,7 @@ type api struct {
 
 func newAPI(listen string) api {
 	if path, ok := strings.CutPrefix(listen, "unix://"); ok {
-		return api{base: "http://sm", client: &http.Client{Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				return (&net.Dialer{}).DialContext(ctx, "unix", path)
-			}}}}
+		return api{base: "http://sm", client: &http.Client{Transport: &http.Transport{DialContext: testbed.UnixDialer(path)}}}
 	}
 	return api{base: "http://" + listen, client: &http.Client{}}
 }

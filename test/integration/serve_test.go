@@ -156,7 +156,7 @@ func TestUnixSockets(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		sock := "unix://" + filepath.Join(shortTempDir(t), "sm.sock")
-		p := start(t, append([]string{"serve", "--listen", sock, "--admin-address", e.AdminURL}, fast()...)...)
+		p := start(t, append([]string{"serve", "--listen", sock, "--admin-address", e.AdminURL, "--trigger-wait", "1m"}, fast()...)...)
 		l := p.waitLog(t, "serving", 10*time.Second)
 		if l.str("listen") != sock {
 			t.Fatalf("serving on %q, want %q", l.str("listen"), sock)
@@ -171,6 +171,13 @@ func TestUnixSockets(t *testing.T) {
 		}
 		if st := envoyState(t, e); st != "DRAINING" {
 			t.Errorf("envoy state %s, want DRAINING", st)
+		}
+		// The pod's drain is over: SIGTERM exits at once, without waiting --trigger-wait for another trigger.
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code := p.wait(t, 10*time.Second); code != 0 {
+			t.Errorf("exit code %d, want 0", code)
 		}
 	})
 }
