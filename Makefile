@@ -23,7 +23,7 @@ demo: envoy build
 test: envoy vet unit fuzz
 
 vet:
-	@test -z "$$(gofmt -l cmd internal demo)" || { echo "gofmt needed:"; gofmt -l cmd internal demo; exit 1; }
+	@test -z "$$(gofmt -l cmd internal demo test)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test; exit 1; }
 	$(GO) vet ./...
 
 unit:

@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"strings"
+	"testing"
+)
+
+func TestUsageErrorsAreOneLine(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // in the one line
+	}{
+		{[]string{"drain", "--listener-exclude", "("}, "-listener-exclude"},
+		{[]string{"drain", "--admin-address", "http://localhost:9901"}, "--admin-address"},
+		{[]string{"serve", "--listen", "nowhere"}, "--listen"},
+		{[]string{"drain", "--count", "everything"}, "--count"},
+		{[]string{"drain", "--drain-timeout", "1s"}, "--drain-timeout"},
+		{[]string{"drain", "--check-interval", "0s"}, "--check-interval"},
+		{[]string{"drain", "--drain-listeners", "some"}, "--drain-listeners"},
+		{[]string{"drain", "--log-level", "loud"}, "--log-level"},
+		{[]string{"status", "-o", "yaml"}, "-o"},
+		{[]string{"drain", "extra"}, "unexpected argument"},
+		{[]string{"nope"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := Run(context.Background(), tt.args, &stdout, &stderr)
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if code != ExitUsage || len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line naming %q", tt.args, code, stderr.String(), tt.want)
+		}
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
+			t.Errorf("%v: exit %d, stdout %d bytes; want 0 and help on stdout", args, code, stdout.Len())
+		}
+	}
+}
+
+// FuzzDrainFlags feeds arbitrary values to the flags that take expressions and addresses: parsing never
+// panics, and whatever it accepts is a valid engine configuration.
+func FuzzDrainFlags(f *testing.F) {
+	f.Add("http://127.0.0.1:9901", "^listener\\.", "admin|19001", "inflight", "none")
+	f.Add("unix:///run/admin.sock", "", "(", "connections", "all")
+	f.Add("[::1]:1", "x{2,}", "\\p{L}", "requests", "inbound")
+	f.Fuzz(func(t *testing.T, admin, include, exclude, count, listeners string) {
+		fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+		var df drainFlags
+		df.register(fs)
+		args := []string{"--admin-address", admin, "--count", count, "--drain-listeners", listeners}
+		if include != "" {
+			args = append(args, "--listener-include", include)
+		}
+		if exclude != "" {
+			args = append(args, "--listener-exclude", exclude)
+		}
+		if err := parse(fs, args, io.Discard); err != nil {
+			return
+		}
+		cfg, addr, err := df.config()
+		if err != nil {
+			return
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Fatalf("accepted flags %q give an invalid config: %v", args, err)
+		}
+		if addr.Network != "tcp" && addr.Network != "unix" {
+			t.Fatalf("accepted admin address %q gives network %q", admin, addr.Network)
+		}
+	})
+}
