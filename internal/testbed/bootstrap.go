@@ -1,15 +1,16 @@
 package testbed
 
 import (
+	"fmt"
 	"net"
 	"strconv"
 )
 
 // bootstrap returns Envoy's bootstrap configuration (marshalled to JSON, which
 // Envoy reads like YAML) with the given admin block; see [Envoy] for what it
-// configures.
-func bootstrap(admin map[string]any, up *Upstream) map[string]any {
-	return map[string]any{
+// configures, plus the extra clusters and listeners opts asks for.
+func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any {
+	b := map[string]any{
 		"node":  map[string]any{"id": "testbed", "cluster": "testbed"},
 		"admin": admin,
 		"static_resources": map[string]any{
@@ -51,6 +52,42 @@ func bootstrap(admin map[string]any, up *Upstream) map[string]any {
 				cluster(HTTPCluster, up.HTTPAddr),
 				cluster(TCPCluster, up.TCPAddr),
 			},
+		},
+	}
+	res := b["static_resources"].(map[string]any)
+	for i := range opts.ExtraClusters {
+		res["clusters"] = append(res["clusters"].([]any), cluster(fmt.Sprintf("%s%d", ExtraClusterPrefix, i), up.HTTPAddr))
+	}
+	for i := range opts.ExtraListeners {
+		name := fmt.Sprintf("%s%d", ExtraListenerPrefix, i)
+		res["listeners"] = append(res["listeners"].([]any), listener(name, httpManager(name)))
+	}
+	return b
+}
+
+// httpManager returns an http_connection_manager filter with the given
+// stat_prefix that routes every request to HTTPCluster.
+func httpManager(statPrefix string) map[string]any {
+	return map[string]any{
+		"name": "envoy.filters.network.http_connection_manager",
+		"typed_config": map[string]any{
+			"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+			"stat_prefix": statPrefix,
+			"route_config": map[string]any{
+				"name": statPrefix,
+				"virtual_hosts": []any{map[string]any{
+					"name":    "all",
+					"domains": []any{"*"},
+					"routes": []any{map[string]any{
+						"match": map[string]any{"prefix": "/"},
+						"route": map[string]any{"cluster": HTTPCluster},
+					}},
+				}},
+			},
+			"http_filters": []any{map[string]any{
+				"name":         "envoy.filters.http.router",
+				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+			}},
 		},
 	}
 }

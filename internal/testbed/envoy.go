@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -31,6 +32,13 @@ const (
 const (
 	HTTPCluster = "upstream_http" // the Upstream's HTTPAddr, HTTP/1.1
 	TCPCluster  = "upstream_tcp"  // the Upstream's TCPAddr
+)
+
+// Name prefixes of the clusters and listeners added by Options.ExtraClusters
+// and Options.ExtraListeners: "extra_cluster_0", "extra_listener_0", ...
+const (
+	ExtraClusterPrefix  = "extra_cluster_"
+	ExtraListenerPrefix = "extra_listener_"
 )
 
 // Defaults of [Options].
@@ -75,6 +83,22 @@ type Options struct {
 	StartTimeout time.Duration
 	// Args are extra command-line arguments, appended after those Start sets.
 	Args []string
+	// ExtraClusters adds that many static clusters (named ExtraClusterPrefix+i,
+	// each with the Upstream's HTTP server as its one endpoint) that no route
+	// uses: a large configuration, for measuring the cost of stats queries.
+	ExtraClusters int
+	// ExtraListeners adds that many HTTP listeners on 127.0.0.1 with
+	// kernel-chosen ports, each named, with listener and HTTP manager
+	// stat_prefix, ExtraListenerPrefix+i and routing to HTTPCluster.
+	ExtraListeners int
+	// Wrapper, if not empty, is a command that runs Envoy: Start runs
+	// Wrapper[0] with the arguments Wrapper[1:], then Envoy's path, then
+	// Envoy's arguments (for example a supervisor's `run ... --`). Envoy.Cmd is
+	// then the wrapper's process; Signal, Wait and Exited are about the
+	// wrapper, and Stop and the end of ctx kill its whole process group. The
+	// wrapper must leave Envoy in its process group. Use it with AdminUnix,
+	// whose address is known before Envoy starts.
+	Wrapper []string
 }
 
 // Envoy is a running Envoy process started by [Start], configured with:
@@ -115,6 +139,16 @@ type Envoy struct {
 	exited  chan struct{} // closed once the process is reaped
 	waitErr error         // result of Cmd.Wait; written before exited is closed
 	killed  atomic.Bool   // Stop or a failed Start killed the process
+	wrapped bool          // Cmd is Options.Wrapper, Envoy its child
+}
+
+// kill sends SIGKILL to the process, and with a wrapper to its whole
+// process group (its own, from Setpgid) as well.
+func (e *Envoy) kill() error {
+	if e.wrapped {
+		killGroup(e.Cmd.Process.Pid)
+	}
+	return e.Cmd.Process.Kill()
 }
 
 // Start writes the bootstrap for up (required) to opts.Dir, starts Envoy with
@@ -135,8 +169,8 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	default:
 		return nil, fmt.Errorf("testbed: DrainStrategy %q: want \"\", \"gradual\" or \"immediate\"", opts.DrainStrategy)
 	}
-	if opts.DrainTime < 0 || opts.Concurrency < 0 || opts.StartTimeout < 0 {
-		return nil, errors.New("testbed: negative DrainTime, Concurrency or StartTimeout")
+	if opts.DrainTime < 0 || opts.Concurrency < 0 || opts.StartTimeout < 0 || opts.ExtraClusters < 0 || opts.ExtraListeners < 0 {
+		return nil, errors.New("testbed: negative DrainTime, Concurrency, StartTimeout, ExtraClusters or ExtraListeners")
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -194,7 +228,7 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	}
 	args = append(args, opts.Args...)
 
-	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up), "", "  ")
+	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up, opts), "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -202,13 +236,20 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 		return nil, err
 	}
 
-	cmd := exec.CommandContext(ctx, bin.Path, args...)
+	name := bin.Path
+	if len(opts.Wrapper) > 0 {
+		name = opts.Wrapper[0]
+		args = append(append(slices.Clip(opts.Wrapper[1:]), bin.Path), args...)
+		e.wrapped = true
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	cmd.SysProcAttr = sysProcAttr()
-	// Envoy starts no processes of its own, so killing it kills its group.
+	// Envoy starts no processes of its own, so killing it kills its group;
+	// a wrapper's group (Envoy included) is killed as a whole.
 	cmd.Cancel = func() error {
 		e.killed.Store(true)
-		return cmd.Process.Kill()
+		return e.kill()
 	}
 	// Bounds Wait when Stdout/Stderr are not files and a copy goroutine is
 	// blocked (the process itself is already dead by then).
@@ -478,14 +519,19 @@ func (e *Envoy) Killed() bool { return e.killed.Load() }
 // Stop kills Envoy (SIGKILL) if it is still running and waits until it is
 // reaped. It is idempotent and safe for concurrent use. It leaves Dir alone.
 func (e *Envoy) Stop() {
+	if e.wrapped {
+		// Envoy may outlive a wrapper that has already exited.
+		killGroup(e.Cmd.Process.Pid)
+	}
 	select {
 	case <-e.exited:
 		return
 	default:
 	}
 	// Process.Kill is safe against PID reuse: it does nothing once the
-	// process has been reaped.
-	if e.Cmd.Process.Kill() == nil {
+	// process has been reaped (the group of a wrapper is killed first, while
+	// its leader is known to be unreaped).
+	if e.kill() == nil {
 		e.killed.Store(true)
 	}
 	<-e.exited

@@ -9,3 +9,7 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
+
+// killGroup sends SIGKILL to the process group pgid (a wrapper started by
+// Start and the Envoy it runs).
+func killGroup(pgid int) { syscall.Kill(-pgid, syscall.SIGKILL) }

@@ -10,3 +10,7 @@ import "syscall"
 func sysProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true}
 }
+
+// killGroup sends SIGKILL to the process group pgid (a wrapper started by
+// Start and the Envoy it runs).
+func killGroup(pgid int) { syscall.Kill(-pgid, syscall.SIGKILL) }

@@ -216,3 +216,38 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("Start with a bad config: %v, want an exit error", err)
 	}
 }
+
+// TestExtraConfigAndWrapper checks Options.ExtraClusters, ExtraListeners and
+// Wrapper: the extra stats exist, and Stop kills Envoy under a wrapper that
+// runs it as a child.
+func TestExtraConfigAndWrapper(t *testing.T) {
+	bins := BinariesTB(t)
+	up := StartUpstreamTB(t)
+	dir, err := os.MkdirTemp("", "tbw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// sh keeps Envoy as its child (no exec), as a supervisor does.
+	wrapper := []string{"/bin/sh", "-c", `"$@"; exit $?`, "sh"}
+	e, err := Start(t.Context(), bins[0], up, Options{Dir: dir, AdminUnix: true, Concurrency: 1,
+		ExtraClusters: 3, ExtraListeners: 2, Wrapper: wrapper})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Stop()
+	if e.Cmd.Path != "/bin/sh" {
+		t.Errorf("process %s, want the wrapper", e.Cmd.Path)
+	}
+	st, err := e.Stats(t.Context(), `^(cluster\.extra_cluster_2\.membership_total|listener\.extra_listener_1\.downstream_cx_active|http\.extra_listener_1\.downstream_rq_active)$`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st) != 3 {
+		t.Errorf("stats of the extra clusters and listeners: %v, want 3", st)
+	}
+	e.Stop()
+	if _, err := e.AdminGet(t.Context(), "/ready"); err == nil {
+		t.Error("Envoy still answers after Stop of its wrapper")
+	}
+}
