@@ -31,6 +31,7 @@ func commands() []command {
 	return []command{
 		{"serve", "run the sidecar: an HTTP API whose /shutdown drains Envoy (for preStop hooks)", runServe},
 		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed (for exec hooks and humans)", runDrain},
+		{"run", "run Envoy as a child (the agent): SIGTERM drains it, stops it, exits with its status", runRun},
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
 		{"version", "print the version", runVersion},
 	}
@@ -51,9 +52,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		err := c.run(ctx, args[1:], stdout, stderr)
 		var ue usageError
+		var ec exitCode
 		switch {
 		case err == nil:
 			return ExitOK
+		case errors.As(err, &ec):
+			return int(ec)
 		case errors.Is(err, flag.ErrHelp):
 			return ExitOK
 		case errors.As(err, &ue):
@@ -72,7 +76,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "shutdown-manager: lose no request when a pod running Envoy terminates.")
-	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS]\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS] (run: shutdown-manager run [FLAGS] -- ENVOY_COMMAND…)\n\nCommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
@@ -85,6 +89,11 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// exitCode ends the process with this code, already explained in the log (run: Envoy's status).
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // errReported is a failure already told to the user (logged); Run adds nothing and exits 1.
 var errReported = errors.New("failure reported")

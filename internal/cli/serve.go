@@ -14,11 +14,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 )
 
 // serveConfig is `serve`'s validated configuration.
@@ -56,42 +53,28 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeLog()
 	cfg := serveConfig{drain: dcfg, listen: la, triggerWait: *triggerWait}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := drain.NewMetrics(reg)
-	engine, err := drain.New(cfg.drain, df.client(addr, metrics), log, metrics)
-	if err != nil {
-		return usageError{err}
-	}
-	return serve(ctx, cfg, engine, reg, log)
+	return serve(ctx, cfg, &df, addr, log)
 }
 
 // serve runs the API until SIGTERM or SIGINT (or ctx), then exits once any drain has released:
 // a drain in progress keeps the process, and so the pending /shutdown answers, alive.
-func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prometheus.Registry, log *slog.Logger) error {
+func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin.Address, log *slog.Logger) error {
 	// Before anything else: a SIGTERM that comes early must not kill the process with the default action.
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	ln, err := cfg.listen.listen()
+	s, err := newStack(df, cfg.drain, addr, log)
+	if err != nil {
+		return err
+	}
+	defer s.stop()
+	bound, serveErr, stopAPI, err := startAPI(cfg.listen, s, log)
 	if err != nil {
 		log.Error("cannot listen", "listen", cfg.listen.String(), "err", err)
 		return errReported
 	}
-	engineCtx, stopEngine := context.WithCancel(context.WithoutCancel(ctx))
-	engineDone := make(chan struct{})
-	go func() {
-		defer close(engineDone)
-		_ = engine.Run(engineCtx)
-	}()
-	defer func() { stopEngine(); <-engineDone }()
-
-	srv := server.NewHTTPServer(server.New(engine, reg, log))
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info("serving", "listen", listenText(ln), "version", Version)
+	log.Info("serving", "listen", bound, "admin_address", addr.String(), "version", Version)
 
 	select {
 	case err := <-serveErr:
@@ -99,16 +82,11 @@ func serve(ctx context.Context, cfg serveConfig, engine *drain.Engine, reg *prom
 		return errReported
 	case <-ctx.Done():
 		log.Info("stopping", "reason", ctx.Err().Error())
-	case s := <-sigs:
-		log.Info("signal received; exiting once any drain has released", "signal", s.String())
-		awaitRelease(engine, cfg.triggerWait, sigs, log)
+	case sig := <-sigs:
+		log.Info("signal received; exiting once any drain has released", "signal", sig.String())
+		awaitRelease(s.engine, cfg.triggerWait, sigs, log)
 	}
-
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		log.Warn("closing the API", "err", err)
-	}
+	stopAPI()
 	log.Info("exiting")
 	return nil
 }
@@ -144,14 +122,6 @@ func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signa
 	case s := <-sigs:
 		log.Warn("second signal: exiting before the drain released", "signal", s.String())
 	}
-}
-
-// listenText is the address a listener really bound (the port chosen for ":0"), as --listen takes it.
-func listenText(ln net.Listener) string {
-	if ln.Addr().Network() == "unix" {
-		return "unix://" + ln.Addr().String()
-	}
-	return ln.Addr().String()
 }
 
 // listenAddress is a TCP address or a unix socket path.
