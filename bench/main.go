@@ -1,0 +1,232 @@
+// Command bench measures how Envoy terminates under each shutdown policy: a plain SIGTERM, a fixed wait,
+// the peers' policies (Contour's and Envoy Gateway's shutdown managers, re-created in this program from
+// their documented behaviour), and the shutdown manager as `serve` (preStop hook) and as `run` (agent).
+//
+// It drives a real Envoy over loopback only, writes raw results to -out (results.json and
+// load_series.csv), and leaves the tables and pictures to bench/plot.py. Run it with bench/run.sh
+// (`make bench`), which installs Envoy, builds the manager and plots.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// config is the command line.
+type config struct {
+	manager   string   // the shutdown-manager binary
+	out       string   // results directory
+	scenarios []string // which scenarios to run
+	policies  []string // which policies to run (empty: all available)
+
+	loadRuns      int           // runs per policy of the load scenario
+	latencyRuns   int           // release-latency runs of ours (HTTP)
+	latencyTCP    int           // release-latency runs of ours (TCP)
+	peerRuns      int           // release-latency runs of each peer
+	idleRuns      int           // idle-termination runs per policy
+	pollRuns      int           // polls per query and configuration
+	scaleRuns     int           // runs of the 10,000-connection scenario
+	scaleConns    int           // connections of the scale scenario
+	footIdle      time.Duration // how long the idle CPU is measured
+	capAfter      time.Duration // the bench's own bound on one termination
+	warmup        time.Duration // load before termination begins
+	propagation   time.Duration // clients keep sending new requests this long after termination begins
+	sampleEvery   time.Duration // stats sampling interval during the load scenario
+	pollConfigs   string        // "clusters:listeners,..."
+	noRun         bool          // leave out the `run` policy even if the binary has it
+	quick         bool          // one run of everything, short caps: a smoke test
+	commandLine   string        // how this run was started, for the report
+	envoyVersion  string
+	envoyBin      testbed.Binary
+	runAvailable  bool
+	runUnavailErr string
+}
+
+func main() {
+	var c config
+	var scen, pols string
+	flag.StringVar(&c.manager, "manager", "bin/shutdown-manager", "the shutdown-manager binary")
+	flag.StringVar(&c.out, "out", "bench/results", "directory for results.json and load_series.csv")
+	flag.StringVar(&scen, "scenarios", "load,latency,idle,pollcost,footprint,scale", "comma-separated scenarios to run")
+	flag.StringVar(&pols, "policies", "", "comma-separated policies (default all): "+strings.Join(policyNames(), ","))
+	flag.IntVar(&c.loadRuns, "load-runs", 3, "runs per policy of the load scenario")
+	flag.IntVar(&c.latencyRuns, "latency-runs", 50, "release-latency runs of ours, one HTTP request as the last work")
+	flag.IntVar(&c.latencyTCP, "latency-tcp-runs", 20, "release-latency runs of ours, one TCP connection as the last work")
+	flag.IntVar(&c.peerRuns, "peer-latency-runs", 5, "release-latency runs of each peer")
+	flag.IntVar(&c.idleRuns, "idle-runs", 3, "idle-termination runs per policy")
+	flag.IntVar(&c.pollRuns, "poll-runs", 10, "polls per query and configuration")
+	flag.IntVar(&c.scaleRuns, "scale-runs", 3, "runs of the scale scenario")
+	flag.IntVar(&c.scaleConns, "scale-conns", 10000, "idle keep-alive connections of the scale scenario")
+	flag.DurationVar(&c.footIdle, "footprint-idle", 20*time.Second, "how long the idle manager's CPU is measured")
+	flag.DurationVar(&c.capAfter, "cap", 90*time.Second, "the bench's own bound on one termination: a policy that has not released by then is reported as capped")
+	flag.DurationVar(&c.warmup, "warmup", 3*time.Second, "load before termination begins")
+	flag.DurationVar(&c.propagation, "propagation", time.Second, "clients keep starting new requests this long after termination begins (endpoint removal)")
+	flag.DurationVar(&c.sampleEvery, "sample", 100*time.Millisecond, "stats sampling interval during the load scenario")
+	flag.StringVar(&c.pollConfigs, "poll-configs", "10:10,1000:10,10000:10,10:500,10000:500", "clusters:listeners configurations of the poll-cost scenario")
+	flag.BoolVar(&c.noRun, "no-run", false, "leave out the `run` policy")
+	flag.BoolVar(&c.quick, "quick", false, "a smoke test: one run of everything, short caps")
+	flag.Parse()
+	c.scenarios = splitList(scen)
+	c.policies = splitList(pols)
+	c.commandLine = strings.Join(os.Args, " ")
+	if c.quick {
+		c.loadRuns, c.latencyRuns, c.latencyTCP, c.peerRuns, c.idleRuns, c.pollRuns, c.scaleRuns = 1, 5, 2, 1, 1, 2, 1
+		c.scaleConns = min(c.scaleConns, 1000)
+		c.footIdle = 3 * time.Second
+		c.capAfter = min(c.capAfter, 15*time.Second)
+		c.pollConfigs = "10:10,1000:10"
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, &c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Results is everything one bench run measured; plot.py reads it.
+type Results struct {
+	Machine   Machine            `json:"machine"`
+	Policies  []PolicyInfo       `json:"policies"`
+	Notes     []string           `json:"notes"`
+	Load      []LoadRun          `json:"load,omitempty"`
+	Latency   []LatencyRun       `json:"latency,omitempty"`
+	Idle      []IdleRun          `json:"idle,omitempty"`
+	PollCost  []PollRun          `json:"pollcost,omitempty"`
+	Footprint *Footprint         `json:"footprint,omitempty"`
+	Scale     []ScaleRun         `json:"scale,omitempty"`
+	Durations map[string]float64 `json:"scenario_seconds"`
+}
+
+// Machine describes where and how the results were produced.
+type Machine struct {
+	NProc        int    `json:"nproc"`
+	CPU          string `json:"cpu"`
+	Kernel       string `json:"kernel"`
+	GoVersion    string `json:"go_version"`
+	EnvoyVersion string `json:"envoy_version"`
+	Manager      string `json:"manager_version"`
+	NoFile       uint64 `json:"ulimit_nofile"`
+	Command      string `json:"command"`
+	Started      string `json:"started"`
+	Finished     string `json:"finished"`
+}
+
+// PolicyInfo describes a policy for the report.
+type PolicyInfo struct {
+	Name       string `json:"name"`
+	Label      string `json:"label"`
+	Recreated  bool   `json:"recreated"`
+	Describe   string `json:"describe"`
+	Available  bool   `json:"available"`
+	Unavailble string `json:"unavailable,omitempty"`
+}
+
+func run(ctx context.Context, c *config) error {
+	started := time.Now()
+	bins, err := testbed.FindBinaries()
+	if err != nil {
+		return fmt.Errorf("finding envoy (run ./scripts/install-envoy.sh): %w", err)
+	}
+	// The primary version: .tools/bin/envoy, else the newest.
+	c.envoyBin = bins[0]
+	if os.Getenv(testbed.EnvVarBinary) == "" {
+		for _, b := range bins {
+			if b.Version == "1.40.0" {
+				c.envoyBin = b
+			}
+		}
+	}
+	if c.manager, err = filepath.Abs(c.manager); err != nil {
+		return err
+	}
+	if _, err := os.Stat(c.manager); err != nil {
+		return fmt.Errorf("the manager binary (run make build): %w", err)
+	}
+	c.runAvailable, c.runUnavailErr = probeRun(ctx, c.manager)
+	if c.noRun {
+		c.runAvailable, c.runUnavailErr = false, "left out with -no-run"
+	}
+	if err := os.MkdirAll(c.out, 0o755); err != nil {
+		return err
+	}
+	res := &Results{Durations: map[string]float64{}}
+	res.Machine = machine(ctx, c)
+	for _, p := range allPolicies(c) {
+		res.Policies = append(res.Policies, PolicyInfo{Name: p.name, Label: p.label, Recreated: p.recreated,
+			Describe: p.describe, Available: p.available, Unavailble: p.unavailable})
+	}
+	if !c.runAvailable {
+		res.Notes = append(res.Notes, "policy `run` left out: "+c.runUnavailErr)
+	}
+	fmt.Printf("bench: envoy %s, manager %s (%s), nproc %d, out %s\n", c.envoyBin.Version, c.manager,
+		res.Machine.Manager, runtime.NumCPU(), c.out)
+	series := newSeriesWriter()
+	steps := map[string]func() error{
+		"load":      func() error { return scenarioLoad(ctx, c, res, series) },
+		"latency":   func() error { return scenarioLatency(ctx, c, res) },
+		"idle":      func() error { return scenarioIdle(ctx, c, res) },
+		"pollcost":  func() error { return scenarioPollCost(ctx, c, res) },
+		"footprint": func() error { return scenarioFootprint(ctx, c, res) },
+		"scale":     func() error { return scenarioScale(ctx, c, res) },
+	}
+	var errs []error
+	for _, s := range c.scenarios {
+		step, ok := steps[s]
+		if !ok {
+			return fmt.Errorf("unknown scenario %q", s)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		t0 := time.Now()
+		fmt.Printf("\n=== scenario %s\n", s)
+		if err := step(); err != nil {
+			// Keep what the other scenarios measure; the error goes into the report.
+			fmt.Fprintf(os.Stderr, "bench: scenario %s: %v\n", s, err)
+			res.Notes = append(res.Notes, fmt.Sprintf("scenario %s failed: %v", s, err))
+			errs = append(errs, fmt.Errorf("%s: %w", s, err))
+		}
+		res.Durations[s] = time.Since(t0).Seconds()
+		fmt.Printf("=== scenario %s took %s\n", s, time.Since(t0).Round(time.Second))
+	}
+	res.Machine.Started = started.UTC().Format(time.RFC3339)
+	res.Machine.Finished = time.Now().UTC().Format(time.RFC3339)
+	b, err := json.MarshalIndent(res, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.out, "results.json"), b, 0o644); err != nil {
+		return err
+	}
+	if err := series.write(filepath.Join(c.out, "load_series.csv")); err != nil {
+		return err
+	}
+	fmt.Printf("\nbench: wrote %s in %s\n", c.out, time.Since(started).Round(time.Second))
+	if ctx.Err() != nil {
+		errs = append(errs, ctx.Err())
+	}
+	return errors.Join(errs...)
+}

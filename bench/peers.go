@@ -1,0 +1,252 @@
+package main
+
+// The peers' policies, re-created from their documented behaviour (see /work/shared/ANCHORS.md and the
+// project's brief): what they poll, how often, what they count and when they let Envoy go. They are
+// models of the policies, not the peers' code.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Timing of the peers, as documented.
+const (
+	contourInterval    = 5 * time.Second  // contour envoy shutdown --check-interval
+	contourFilePoll    = 1 * time.Second  // contour's /shutdown checks the ok file this often
+	egInterval         = 1 * time.Second  // Envoy Gateway polls this often
+	egMinDrain         = 10 * time.Second // --min-drain-duration
+	egDrainTimeout     = 60 * time.Second // --drain-timeout
+	egFilePoll         = 1 * time.Second  // /shutdown/ready checks the ready file this often
+	contourFailRetries = 5                // POST /healthcheck/fail: first try and 4 retries
+	contourFailBackoff = 200 * time.Millisecond
+)
+
+// contourExcluded are the HTTP managers Contour does not count.
+var contourExcluded = map[string]bool{"admin": true, "envoy-admin": true, "stats": true, "health": true, "stats-health": true}
+
+// egExcluded matches the listener stats Envoy Gateway does not count.
+var egExcluded = regexp.MustCompile(`admin|19001|19003|worker`)
+
+// egQuery is Envoy Gateway's stats query.
+var egQuery = "/stats?" + url.Values{"filter": {`^listener\..*\.downstream_cx_active$`}, "format": {"json"}}.Encode()
+
+// sleepCtx sleeps d (a policy's own timing) unless ctx is done first; it reports whether d passed.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// fileWaiter models a peer's /shutdown handler, which checks a file every interval (first at once) and
+// answers once it exists. It returns when the release happens or ctx is done.
+func fileWaiter(ctx context.Context, file *atomic.Bool, interval time.Duration, outcome func() string) releaseResult {
+	for {
+		if file.Load() {
+			return releaseResult{at: time.Now(), outcome: outcome()}
+		}
+		if !sleepCtx(ctx, interval) {
+			return releaseResult{capped: true}
+		}
+	}
+}
+
+func adminDo(ctx context.Context, r *rig, method, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, r.e.AdminEndpoint(path), nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := r.e.AdminClient().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != 200 {
+		err = fmt.Errorf("%s %s: %s", method, path, resp.Status)
+	}
+	return b, err
+}
+
+// prepareContour: `contour envoy shutdown` (the shutdown-manager container's exec preStop hook) and the
+// shutdown-manager's /shutdown (Envoy's httpGet preStop hook) run side by side when termination begins.
+func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) releaseResult, func(), error) {
+	return func(ctx context.Context) releaseResult {
+		var ok atomic.Bool
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() { // contour envoy shutdown
+			for i := range contourFailRetries {
+				if _, err := adminDo(ctx, r, http.MethodPost, "/healthcheck/fail"); err == nil || i == contourFailRetries-1 {
+					break // it goes on even when all attempts failed
+				}
+				if !sleepCtx(ctx, contourFailBackoff) {
+					return
+				}
+			}
+			for ctx.Err() == nil { // no deadline of its own: the bench's cap ends it
+				body, err := adminDo(ctx, r, http.MethodGet, "/stats/prometheus")
+				if err == nil {
+					var open float64
+					parseProm(body, func(name, labels []byte, v float64) {
+						if string(name) == "envoy_http_downstream_cx_active" && !contourExcluded[promLabel(labels, "envoy_http_conn_manager_prefix")] {
+							open += v
+						}
+					})
+					if open <= 0 {
+						ok.Store(true) // the ok file
+						return
+					}
+				}
+				if !sleepCtx(ctx, contourInterval) {
+					return
+				}
+			}
+		}()
+		return fileWaiter(ctx, &ok, contourFilePoll, func() string { return "drained" })
+	}, nil, nil
+}
+
+// prepareEnvoyGateway: `envoy-gateway envoy shutdown` and the /shutdown/ready handler side by side.
+func prepareEnvoyGateway(_ context.Context, r *rig, _ tuning) (func(context.Context) releaseResult, func(), error) {
+	return func(ctx context.Context) releaseResult {
+		var ready atomic.Bool
+		var timedOut atomic.Bool
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			start := time.Now()
+			adminDo(ctx, r, http.MethodPost, "/healthcheck/fail") // no retries
+			for ctx.Err() == nil {
+				elapsed := time.Since(start)
+				if elapsed > egDrainTimeout {
+					timedOut.Store(true)
+					break
+				}
+				if n, err := egConnections(ctx, r); err == nil && n <= 0 && elapsed > egMinDrain {
+					break
+				}
+				if !sleepCtx(ctx, egInterval) {
+					return
+				}
+			}
+			ready.Store(true) // written whether drained or timed out
+		}()
+		return fileWaiter(ctx, &ready, egFilePoll, func() string {
+			if timedOut.Load() {
+				return "timeout"
+			}
+			return "drained"
+		})
+	}, nil, nil
+}
+
+// egConnections is Envoy Gateway's count: listener downstream_cx_active except admin and per-worker.
+func egConnections(ctx context.Context, r *rig) (int64, error) {
+	body, err := adminDo(ctx, r, http.MethodGet, egQuery)
+	if err != nil {
+		return 0, err
+	}
+	return sumJSONStats(body, func(name string) bool { return !egExcluded.MatchString(name) })
+}
+
+// sumJSONStats sums the integer stats of an admin /stats?format=json answer whose names keep accepts.
+func sumJSONStats(body []byte, keep func(string) bool) (int64, error) {
+	var s struct {
+		Stats []struct {
+			Name  string          `json:"name"`
+			Value json.RawMessage `json:"value"`
+		} `json:"stats"`
+	}
+	if err := json.Unmarshal(body, &s); err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, st := range s.Stats {
+		if st.Name == "" || !keep(st.Name) {
+			continue
+		}
+		if v, err := strconv.ParseInt(string(st.Value), 10, 64); err == nil {
+			sum += v
+		}
+	}
+	return sum, nil
+}
+
+// parseProm calls fn for every sample line of a Prometheus text exposition: name, the label block
+// (without braces) and the value. Comments and malformed lines are skipped.
+func parseProm(body []byte, fn func(name, labels []byte, v float64)) int {
+	n := 0
+	for len(body) > 0 {
+		line := body
+		if i := bytes.IndexByte(body, '\n'); i >= 0 {
+			line, body = body[:i], body[i+1:]
+		} else {
+			body = nil
+		}
+		if len(line) == 0 || line[0] == '#' {
+			continue
+		}
+		var name, labels, rest []byte
+		if i := bytes.IndexByte(line, '{'); i >= 0 {
+			j := bytes.LastIndexByte(line, '}')
+			if j < i {
+				continue
+			}
+			name, labels, rest = line[:i], line[i+1:j], line[j+1:]
+		} else {
+			i := bytes.IndexByte(line, ' ')
+			if i < 0 {
+				continue
+			}
+			name, rest = line[:i], line[i:]
+		}
+		rest = bytes.TrimSpace(rest)
+		if i := bytes.IndexByte(rest, ' '); i >= 0 {
+			rest = rest[:i] // a timestamp
+		}
+		v, err := strconv.ParseFloat(string(rest), 64)
+		if err != nil {
+			continue
+		}
+		n++
+		fn(name, labels, v)
+	}
+	return n
+}
+
+// promLabel returns the value of label key in a label block like `a="x",b="y"`.
+func promLabel(labels []byte, key string) string {
+	for len(labels) > 0 {
+		eq := bytes.IndexByte(labels, '=')
+		if eq < 0 || eq+1 >= len(labels) || labels[eq+1] != '"' {
+			return ""
+		}
+		k := string(bytes.TrimSpace(labels[:eq]))
+		rest := labels[eq+2:]
+		end := bytes.IndexByte(rest, '"') // label values here hold no escaped quotes
+		if end < 0 {
+			return ""
+		}
+		if k == key {
+			return string(rest[:end])
+		}
+		labels = bytes.TrimLeft(rest[end+1:], ",")
+	}
+	return ""
+}
