@@ -1,0 +1,364 @@
+#!/usr/bin/env python3
+"""Turns bench/results/results.json and load_series.csv into PNGs and REPORT.md.
+
+Usage: plot.py RESULTS_DIR
+Every figure in the tables comes from several runs: the median, and the spread as min-max (few runs) or
+p10-p90 (many runs).
+"""
+import csv
+import json
+import math
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def quantile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    pos = q * (len(xs) - 1)
+    i = int(math.floor(pos))
+    if i >= len(xs) - 1:
+        return xs[-1]
+    return xs[i] + (xs[i + 1] - xs[i]) * (pos - i)
+
+
+def med(xs):
+    return quantile(xs, 0.5)
+
+
+def fmt(x, digits=2):
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def spread(xs, digits=2, unit=""):
+    """median (min–max) for few runs, median (p10–p90) for many."""
+    if not xs:
+        return "–"
+    if len(xs) == 1:
+        return f"{fmt(xs[0], digits)}{unit} (1 run)"
+    if len(xs) >= 10:
+        return f"{fmt(med(xs), digits)}{unit} (p10–p90 {fmt(quantile(xs, .1), digits)}–{fmt(quantile(xs, .9), digits)})"
+    return f"{fmt(med(xs), digits)}{unit} ({fmt(min(xs), digits)}–{fmt(max(xs), digits)})"
+
+
+def table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+COLORS = {"plain": "tab:red", "fixed5s": "tab:orange", "contour": "tab:purple", "envoygateway": "tab:brown",
+          "serve": "tab:green", "run": "tab:blue"}
+
+
+def main(out):
+    with open(os.path.join(out, "results.json")) as f:
+        res = json.load(f)
+    pols = [p for p in res["policies"] if p["available"]]
+    label = {p["name"]: p["label"] for p in res["policies"]}
+    order = [p["name"] for p in res["policies"]]
+    m = res["machine"]
+    cap = None
+    md = []
+    md.append("# shutdown-manager benchmark\n")
+    md.append(f"Produced by `{m['command']}` on {m['finished']}: {m['nproc']} CPUs ({m['cpu']}), Linux {m['kernel']}, "
+              f"Envoy {m['envoy_version']}, {m['manager_version']}, {m['go_version']}, `ulimit -n` {m['ulimit_nofile']}. "
+              "Everything runs on this one machine over loopback: Envoy, its upstream, the clients, the manager and "
+              "the re-created peers share its CPUs, so absolute times are noisy; counts and ratios are the robust "
+              "figures. Raw data: [results.json](results.json), [load_series.csv](load_series.csv).\n")
+    md.append("## Policies\n")
+    md.append(table(["policy", "what it does"],
+                    [[p["label"], p["describe"] + ("" if p["available"] else f" **Not measured:** {p.get('unavailable', '')}")]
+                     for p in res["policies"]]))
+    md.append("\nThe peers' policies (marked *re-created*) are models built in this benchmark from their documented "
+              "behaviour (sources read in 2026-11), not the peers' binaries: same queries, counts, intervals and "
+              "deadlines. Contour's current source passes `?filter=^http\\..*\\.downstream_cx_active$` to "
+              "`/stats/prometheus`; the model polls it unfiltered as MARIN3R (a port of early Contour) does, which "
+              "only changes its poll cost (scenario 4), not when it releases.\n")
+    if res.get("notes"):
+        md.append("**Notes from this run:** " + "; ".join(res["notes"]) + "\n")
+
+    # ---- 1. load ----
+    load = res.get("load") or []
+    if load:
+        by = defaultdict(list)
+        for r in load:
+            by[r["policy"]].append(r)
+        rows = []
+        for name in order:
+            rs = by.get(name)
+            if not rs:
+                continue
+            classes = defaultdict(int)
+            for r in rs:
+                for k, v in (r.get("errors") or {}).items():
+                    classes[k] += v
+            capped = [r for r in rs if r["capped"]]
+            term = [r["time_to_terminate_s"] for r in rs if not r["capped"] and r["time_to_terminate_s"] >= 0]
+            wait = [r["release_s"] - r["last_work_end_s"] for r in rs if not r["capped"] and r["release_s"] >= 0]
+            tt = spread(term, 2, " s") if term else ""
+            if capped:
+                tt = (tt + "; " if tt else "") + f"no release in {len(capped)} of {len(rs)} runs (capped at the bench's bound)"
+            rows.append([label[name], len(rs), spread([r["failed"] for r in rs], 0),
+                         ", ".join(f"{k} {v}" for k, v in sorted(classes.items())) or "–",
+                         sum(r["long_failed"] for r in rs), sum(r["tcp_failed"] for r in rs),
+                         sum(r["pool_fin"] for r in rs), sum(r["pool_rst"] + r["pool_other"] for r in rs),
+                         tt, spread(wait, 2, " s") if wait else "–",
+                         spread([r["sent"] for r in rs], 0)])
+        md.append("## 1. Failed requests and time to terminate under load\n")
+        md.append("Load on one Envoy (`--concurrency 2`): 8 HTTP/1.1 keep-alive clients sending `GET /` 20 ms apart "
+                  "(a few hundred requests per second), 4 HTTP/2 streams of 50 ms requests, 8 clients of long requests "
+                  "(2, 4, 6 and 8 s, two each, back to back), one TCP connection through the TCP proxy that the client "
+                  "closes after 10 s, and a pool of 50 idle keep-alive connections as a load balancer keeps. Termination "
+                  "begins after 3 s of load; 1 s later the clients start no new request (endpoint removal) and let "
+                  "what is in flight finish. *Failed* counts every request or TCP echo that got an error or a non-2xx "
+                  "answer, plus idle pool connections reset (RST); with a plain SIGTERM it includes the clients' "
+                  "retries against the closed port during that second. *Release − last work* is how long the policy "
+                  "held Envoy after the last request or TCP connection had ended (negative: it let Envoy go while "
+                  "work was in flight). Idle pool connections are closed by the kernel with a FIN when Envoy exits.\n")
+        md.append(table(["policy", "runs", "failed, median (min–max)", "failures by class (all runs)",
+                         "long requests failed (all runs)", "TCP echoes failed (all runs)", "pool FIN (all runs)",
+                         "pool RST (all runs)", "time to terminate (start → Envoy exit)", "release − last work",
+                         "requests sent"], rows))
+        md.append("")
+        plot_series(out, res, label, order)
+        md.append("![open connections during the drain](load_connections.png)\n")
+        md.append("![the first 15 s](load_connections_15s.png)\n")
+        md.append("Open downstream connections (HTTP listener + TCP listener, idle pool included) and HTTP requests "
+                  "in flight, sampled from Envoy's stats every 100 ms during run 1 of each policy; × marks a sample "
+                  "at which the clients' failed count grew. A line ends when Envoy exits.\n")
+
+    # ---- 2. latency ----
+    lat = res.get("latency") or []
+    if lat:
+        by = defaultdict(list)
+        for r in lat:
+            if r["latency_ms"] != -1:
+                by[(r["policy"], r["work"])].append(r["latency_ms"])
+        rows = []
+        for name in order:
+            for work in ("http", "tcp"):
+                xs = by.get((name, work))
+                if not xs:
+                    continue
+                rows.append([label[name], "one long HTTP request" if work == "http" else "one TCP connection", len(xs),
+                             fmt(med(xs), 1), fmt(quantile(xs, .9), 1), fmt(quantile(xs, .99), 1),
+                             f"{fmt(min(xs), 1)} – {fmt(max(xs), 1)}"])
+        md.append("## 2. Release latency\n")
+        md.append("The only work in flight is one request (`GET /sleep`, 0.7–1.3 s for ours, random) or one TCP "
+                  "connection the client closes; termination begins while it runs. Latency = from the moment the "
+                  "client sees the work end to the release (`/shutdown` returns; for `run`, the manager's "
+                  "`drain finished` log line; for the peers, their `/shutdown` handler answering). Ours runs with "
+                  "`--min-drain-duration 300ms` (shorter than the work) and the default `--check-interval` 250 ms. "
+                  "The peers' work lasts past their minimum (Envoy Gateway: 10.2–11.2 s; Contour: 1–6 s), so their "
+                  "poll intervals show. Targets for ours: median ≤ 50 ms, p99 ≤ 250 ms.\n")
+        md.append(table(["policy", "last work", "runs", "median ms", "p90 ms", "p99 ms", "min – max ms"], rows))
+        md.append("")
+        fig, ax = plt.subplots(figsize=(8, 4.5))
+        for (name, work), xs in sorted(by.items(), key=lambda kv: order.index(kv[0][0])):
+            xs = sorted(max(x, 0.1) for x in xs)
+            ys = [(i + 1) / len(xs) for i in range(len(xs))]
+            ax.step(xs, ys, where="post", color=COLORS.get(name), linestyle="-" if work == "http" else "--",
+                    label=f"{label[name]} ({work}, {len(xs)} runs)")
+        ax.set_xscale("log")
+        ax.set_xlabel("last work ended → release (ms, log scale)")
+        ax.set_ylabel("fraction of runs")
+        ax.axvline(50, color="grey", linewidth=0.8, linestyle=":")
+        ax.axvline(250, color="grey", linewidth=0.8, linestyle=":")
+        ax.set_title("Release latency (CDF); dotted: 50 ms and 250 ms")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "release_latency.png"), dpi=110)
+        plt.close(fig)
+        md.append("![release latency CDF](release_latency.png)\n")
+
+    # ---- 3. idle ----
+    idle = res.get("idle") or []
+    if idle:
+        by = defaultdict(list)
+        for r in idle:
+            by[r["policy"]].append(r)
+        rows = []
+        for name in order:
+            rs = by.get(name)
+            if not rs:
+                continue
+            rel = [r["release_s"] for r in rs if r["release_s"] >= 0]
+            ex = [r["exit_s"] for r in rs if r["exit_s"] >= 0]
+            rows.append([label[name], len(rs), spread(rel, 3, " s"), spread(ex, 3, " s"),
+                         "; ".join(sorted(set(r["outcome"] for r in rs)))])
+        md.append("## 3. Idle termination (no traffic)\n")
+        md.append("No client at all. Ours uses the defaults (`--min-drain-duration 5s`): the target is 5 s + at most "
+                  "250 ms (one check interval).\n")
+        md.append(table(["policy", "runs", "release, median (min–max)", "Envoy exit, median (min–max)", "outcome"], rows))
+        md.append("")
+
+    # ---- 4. poll cost ----
+    pc = res.get("pollcost") or []
+    if pc:
+        by = defaultdict(list)
+        for r in pc:
+            by[(r["clusters"], r["listeners"], r["query"])].append(r)
+        qlabel = {"ours": "ours: `/stats?filter=^(listener|http)\\..*\\.downstream_(cx|rq)_active$&format=json&type=Gauges`",
+                  "envoygateway": "Envoy Gateway: `/stats?filter=^listener\\..*\\.downstream_cx_active$&format=json`",
+                  "prometheus": "unfiltered `/stats/prometheus` (Contour model, MARIN3R)"}
+        qshort = {"ours": "ours", "envoygateway": "Envoy Gateway", "prometheus": "/stats/prometheus unfiltered"}
+        rows = []
+        for (cl, li, q), rs in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], ["ours", "envoygateway", "prometheus"].index(kv[0][2]))):
+            rows.append([f"{cl:,}", li, qshort[q], f"{int(med([r['bytes'] for r in rs])):,}",
+                         spread([r["ms"] for r in rs], 1), fmt(sum(r["envoy_cpu_ms"] for r in rs) / len(rs), 1),
+                         f"{int(med([r['samples'] for r in rs])):,}", len(rs), fmt(rs[0]["envoy_start_s"], 1),
+                         fmt(rs[0]["envoy_rss_mb"], 0)])
+        md.append("## 4. Poll cost vs configuration size\n")
+        md.append("One Envoy per configuration (clusters and listeners include the test bed's own two of each; every "
+                  "extra listener has its own HTTP manager). Each query is fetched over a kept-alive admin connection "
+                  "and parsed the way its policy parses it. *ms* is fetch + parse on the wall clock; *Envoy CPU* is "
+                  "Envoy's utime+stime during the poll (10 ms ticks, so averaged).\n\n"
+                  + "\n".join(f"- {v}" for v in qlabel.values()) + "\n")
+        md.append(table(["clusters", "listeners", "query", "bytes per poll", "ms per poll, median (spread)",
+                         "Envoy CPU ms per poll (mean)", "stats parsed", "polls", "Envoy start s", "Envoy RSS MB"], rows))
+        md.append("")
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for q, mk in (("ours", "o"), ("envoygateway", "s"), ("prometheus", "^")):
+            for li, ls in ((10, "-"), (500, "--")):
+                pts = sorted((cl, med([r["bytes"] for r in rs]), med([r["ms"] for r in rs]))
+                             for (cl, l2, q2), rs in by.items() if q2 == q and l2 == li)
+                if not pts:
+                    continue
+                xs = [p[0] for p in pts]
+                axes[0].plot(xs, [p[1] for p in pts], marker=mk, linestyle=ls, label=f"{q}, {li} listeners")
+                axes[1].plot(xs, [p[2] for p in pts], marker=mk, linestyle=ls, label=f"{q}, {li} listeners")
+        for ax, yl in ((axes[0], "bytes per poll"), (axes[1], "ms per poll (fetch + parse)")):
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlabel("clusters")
+            ax.set_ylabel(yl)
+            ax.grid(True, which="both", alpha=0.3)
+        axes[0].legend(fontsize=7)
+        fig.suptitle("Cost of one poll vs configuration size")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, "poll_cost.png"), dpi=110)
+        plt.close(fig)
+        md.append("![poll cost](poll_cost.png)\n")
+
+    # ---- 5 + 6. footprint and scale ----
+    fp = res.get("footprint")
+    scale = res.get("scale") or []
+    if fp or scale:
+        md.append("## 5. Footprint\n")
+        rows = []
+        if fp:
+            rows.append(["binary size (static, stripped)", f"{fp['binary_bytes'] / 1e6:.1f} MB"])
+            for f in fp.get("idle") or []:
+                rows.append([f"`{f['mode']}` idle: RSS (VmRSS)", f"{f['rss_kb'] / 1024:.1f} MiB"])
+                rows.append([f"`{f['mode']}` idle: CPU per minute (measured over {f['measured_s']:.0f} s, /proc utime+stime)",
+                             f"{f['cpu_s_per_min']:.3f} s"])
+                rows.append([f"`{f['mode']}` idle: admin requests to Envoy meanwhile (ours excluded)", str(f["admin_requests"])])
+        if scale:
+            n = scale[0]["conns"]
+            rows.append([f"`serve` draining {n:,} connections: peak RSS (VmHWM), median (min–max) over {len(scale)} runs",
+                         spread([s["mgr_hwm_kb"] / 1024 for s in scale], 1, " MiB")])
+            rows.append([f"`serve` draining {n:,} connections: CPU seconds per minute of drain",
+                         spread([s["mgr_cpu_s_per_min"] for s in scale], 3, " s")])
+            rows.append([f"`serve` draining {n:,} connections: CPU seconds for the whole drain",
+                         spread([s["mgr_cpu_s"] for s in scale], 3, " s")])
+        md.append(table(["what", "measured"], rows))
+        md.append("\nFor comparison (ANCHORS, measured on these machines): Contour's shutdown-manager 83.6 MB binary, "
+                  "42 MB RSS idle; Envoy Gateway's 239 MB binary, 97 MB RSS idle.\n")
+    if scale:
+        n = scale[0]["conns"]
+        md.append(f"## 6. Scale: {n:,} keep-alive connections\n")
+        md.append(f"Envoy `--concurrency 2` holds {n:,} idle HTTP/1.1 keep-alive connections (a load balancer's pool, "
+                  "each has served one request) and one 7 s request; `serve` with the defaults drains it "
+                  "(preStop `/shutdown`, then SIGTERM). Idle connections do not hold the drain (default `--count "
+                  "inflight`); the release follows the one request. After Envoy exits, how each pool connection "
+                  "ended is read on the client side.\n")
+        rows = [["runs", len(scale)],
+                ["Envoy's listener connections at the trigger", spread([s["envoy_cx"] for s in scale], 0)],
+                ["opening the pool", spread([s["pool_setup_s"] for s in scale], 1, " s")],
+                ["trigger → release", spread([s["release_s"] for s in scale], 2, " s")],
+                ["request ended → release", spread([s["release_after_work_ms"] for s in scale], 0, " ms")],
+                ["trigger → Envoy exit", spread([s["exit_s"] for s in scale], 2, " s")],
+                ["manager CPU, trigger → release", spread([s["mgr_cpu_s"] for s in scale], 3, " s")],
+                ["manager peak RSS", spread([s["mgr_hwm_kb"] / 1024 for s in scale], 1, " MiB")],
+                ["pool connections ended by FIN (all runs)", f"{sum(s['pool_fin'] for s in scale):,} of {n * len(scale):,}"],
+                ["pool connections reset / other / still open (all runs)",
+                 f"{sum(s['pool_rst'] for s in scale)} / {sum(s['pool_other'] for s in scale)} / {sum(s['pool_open'] for s in scale)}"],
+                ["outcome", "; ".join(sorted(set(s["outcome"].split(":")[0] for s in scale)))]]
+        md.append(table(["what", "measured"], rows))
+        md.append("")
+    secs = res.get("scenario_seconds") or {}
+    if secs:
+        md.append("Time per scenario: " + ", ".join(f"{k} {v:.0f} s" for k, v in secs.items()) +
+                  f" (total {sum(secs.values()) / 60:.1f} min).\n")
+    with open(os.path.join(out, "REPORT.md"), "w") as f:
+        f.write("\n".join(md))
+    print(f"plot.py: wrote {out}/REPORT.md and the PNGs")
+
+
+def plot_series(out, res, label, order):
+    path = os.path.join(out, "load_series.csv")
+    if not os.path.exists(path):
+        return
+    data = defaultdict(list)
+    with open(path) as f:
+        for row in csv.DictReader(f):
+            if row["run"] != "1":
+                continue
+            data[row["policy"]].append(row)
+    failed1 = {r["policy"]: r["failed"] for r in res.get("load") or [] if r["run"] == 1}
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
+    for name in order:
+        rows = data.get(name)
+        if not rows:
+            continue
+        ts, cx, rq, fx, fy = [], [], [], [], []
+        prev_failed = None
+        for r in rows:
+            t = float(r["t"])
+            c = int(r["cx_http"]) + int(r["cx_tcp"])
+            q = int(r["rq_active"])
+            failed = int(r["failed"])
+            if int(r["cx_http"]) < 0:
+                c, q = float("nan"), float("nan")
+            ts.append(t)
+            cx.append(c)
+            rq.append(q)
+            if prev_failed is not None and failed > prev_failed:
+                fx.append(t)
+                fy.append(c if not math.isnan(c) else 0)
+            prev_failed = failed
+        col = COLORS.get(name)
+        ax1.plot(ts, cx, color=col, label=f"{label[name]}: {failed1.get(name, '?')} failed", linewidth=1.3)
+        ax1.scatter(fx, fy, color=col, marker="x", s=30, zorder=5)
+        ax2.plot(ts, rq, color=col, label=label[name], linewidth=1.3)
+    ax1.axvline(0, color="grey", linestyle=":", linewidth=1)
+    ax2.axvline(0, color="grey", linestyle=":", linewidth=1)
+    ax1.set_ylabel("open downstream connections")
+    ax2.set_ylabel("HTTP requests in flight")
+    ax2.set_xlabel("seconds since termination began (dotted); × = requests failed since the previous sample")
+    ax1.set_title("Draining under load (run 1 of each policy)")
+    ax1.legend(fontsize=8, ncol=2)
+    ax1.grid(True, alpha=0.3)
+    ax2.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "load_connections.png"), dpi=110)
+    # A zoom on the first 15 s, where everything but the capped policies happens.
+    ax1.set_xlim(-3.2, 15)
+    ax1.set_title("Draining under load (run 1 of each policy), first 15 s")
+    fig.savefig(os.path.join(out, "load_connections_15s.png"), dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench/results")

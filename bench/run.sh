@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# `make bench`: installs Envoy, builds bin/shutdown-manager, runs the benchmark (bench/main.go) against a
+# real Envoy over loopback, then plots: bench/results/{results.json,load_series.csv,*.png,REPORT.md}.
+# Takes about 18 minutes on a 2-CPU machine. Arguments are passed to the Go program, for example
+#   bench/run.sh -quick                   # a 4-minute smoke test
+#   bench/run.sh -scenarios latency,idle  # some scenarios only
+#   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+out=${BENCH_OUT:-bench/results}
+venv=.tools/benchvenv
+
+./scripts/install-envoy.sh
+make build
+
+# Plotting: matplotlib in an ignored venv (or a --target directory when venv has no ensurepip).
+py=""
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  py="$venv/bin/python"
+elif [ -d "$venv/site" ] && PYTHONPATH="$venv/site" python3 -c 'import matplotlib' 2>/dev/null; then
+  py="env PYTHONPATH=$venv/site python3"
+else
+  echo "installing matplotlib into $venv" >&2
+  rm -rf "$venv"
+  if python3 -m venv "$venv" 2>/dev/null && [ -x "$venv/bin/pip" ]; then
+    "$venv/bin/pip" install --quiet --disable-pip-version-check matplotlib
+    py="$venv/bin/python"
+  else
+    rm -rf "$venv"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/site" matplotlib
+    py="env PYTHONPATH=$venv/site python3"
+  fi
+fi
+
+# 10,000 connections need as many descriptors in the clients and in Envoy.
+hard=$(ulimit -Hn)
+if [ "$hard" = unlimited ] || [ "$hard" -gt 1048576 ]; then hard=1048576; fi
+ulimit -n "$hard" || true
+if [ "$(ulimit -n)" -lt 10200 ]; then
+  echo "warning: ulimit -n is $(ulimit -n); the scale scenario needs about 10,200 (it may fail)" >&2
+fi
+
+mkdir -p "$out"
+export BENCH_COMMAND="make bench${*:+ (bench/run.sh $*)}"
+status=0
+go run ./bench -manager bin/shutdown-manager -out "$out" "$@" || status=$?
+if [ -f "$out/results.json" ]; then
+  $py bench/plot.py "$out"
+fi
+echo "bench: $out/REPORT.md" >&2
+exit "$status"
