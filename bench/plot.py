@@ -75,6 +75,7 @@ def main(out):
               "Everything runs on this one machine over loopback: Envoy, its upstream, the clients, the manager and "
               "the re-created peers share its CPUs, so absolute times are noisy; counts and ratios are the robust "
               "figures. Raw data: [results.json](results.json), [load_series.csv](load_series.csv).\n")
+    md.append(headlines(res, label))
     md.append("## Policies\n")
     md.append(table(["policy", "what it does"],
                     [[p["label"], p["describe"] + ("" if p["available"] else f" **Not measured:** {p.get('unavailable', '')}")]
@@ -304,6 +305,67 @@ def main(out):
     with open(os.path.join(out, "REPORT.md"), "w") as f:
         f.write("\n".join(md))
     print(f"plot.py: wrote {out}/REPORT.md and the PNGs")
+
+
+def headlines(res, label):
+    """A few lines for the top of the report, computed from the same data as the tables."""
+    h = []
+    load = res.get("load") or []
+    for name in ("serve", "run"):
+        rs = [r for r in load if r["policy"] == name]
+        if rs:
+            wait = [r["release_s"] - r["last_work_end_s"] for r in rs if r["release_s"] >= 0]
+            h.append(f"Under load, {label[name]}: {sum(r['failed'] for r in rs)} failed requests in {len(rs)} runs "
+                     f"(of {sum(r['sent'] for r in rs):,} sent); released {fmt(med(wait) * 1000, 0)} ms (median) after the "
+                     f"last request or TCP connection ended, with {rs[0]['pool_connections']} idle pool connections still open.")
+    for name in ("plain", "fixed5s", "contour", "envoygateway"):
+        rs = [r for r in load if r["policy"] == name]
+        if rs:
+            capped = sum(1 for r in rs if r["capped"])
+            term = [r["time_to_terminate_s"] for r in rs if r["time_to_terminate_s"] >= 0]
+            t = f"terminated in {fmt(med(term), 1)} s (median)" if term else "never released"
+            if capped:
+                t += f"; no release in {capped} of {len(rs)} runs before the bench's cap"
+            h.append(f"Under load, {label[name]}: {sum(r['failed'] for r in rs)} failed in {len(rs)} runs; {t}.")
+    for work, what in (("http", "one long request"), ("tcp", "one TCP connection")):
+        lat = [r["latency_ms"] for r in res.get("latency") or []
+               if r["policy"] == "serve" and r["work"] == work and r["latency_ms"] != -1]
+        if lat:
+            h.append(f"Release latency of {label['serve']}, {what} as the last work, {len(lat)} runs: median "
+                     f"{fmt(med(lat), 0)} ms, p99 {fmt(quantile(lat, .99), 0)} ms (targets 50 ms and 250 ms).")
+    fp = res.get("footprint")
+    if fp:
+        parts = [f"binary {fp['binary_bytes'] / 1e6:.1f} MB"]
+        for f in fp.get("idle") or []:
+            parts.append(f"`{f['mode']}` idle {f['rss_kb'] / 1024:.1f} MiB RSS, {f['cpu_s_per_min']:.3f} CPU s/min, "
+                         f"{f['admin_requests']} admin requests in {f['measured_s']:.0f} s")
+        h.append("Footprint: " + "; ".join(parts) + ".")
+    idle = [r["release_s"] for r in res.get("idle") or [] if r["policy"] == "serve" and r["release_s"] >= 0]
+    if idle:
+        h.append(f"Idle, {label['serve']} releases {fmt((max(idle) - 5) * 1000, 0)} ms at most after the 5 s minimum "
+                 f"({len(idle)} runs).")
+    pc = res.get("pollcost") or []
+    if pc:
+        def at(q, cl, li):
+            rs = [r for r in pc if r["query"] == q and r["clusters"] == cl and r["listeners"] == li]
+            return (med([r["bytes"] for r in rs]), med([r["ms"] for r in rs])) if rs else None
+        cls = sorted(set(r["clusters"] for r in pc if r["listeners"] == 10))
+        if len(cls) >= 2:
+            o1, o2 = at("ours", cls[0], 10), at("ours", cls[-1], 10)
+            p2 = at("prometheus", cls[-1], 10)
+            if o1 and o2 and p2:
+                h.append(f"One poll of ours: {int(o1[0]):,} → {int(o2[0]):,} bytes from {cls[0]:,} to {cls[-1]:,} clusters "
+                         f"({fmt(o1[1], 1)} → {fmt(o2[1], 1)} ms: Envoy still scans every stat for the filter); an "
+                         f"unfiltered /stats/prometheus at {cls[-1]:,} clusters: {p2[0] / 1e6:.0f} MB, {fmt(p2[1], 0)} ms.")
+    sc = res.get("scale") or []
+    if sc:
+        h.append(f"{sc[0]['conns']:,} keep-alive connections: released {fmt(med([s['release_after_work_ms'] for s in sc]), 0)} ms "
+                 f"after the last request (median of {len(sc)}); manager CPU {fmt(med([s['mgr_cpu_s'] for s in sc]), 2)} s for "
+                 f"the whole drain, peak RSS {fmt(med([s['mgr_hwm_kb'] for s in sc]) / 1024, 1)} MiB; "
+                 f"{sum(s['pool_fin'] for s in sc):,} FIN, {sum(s['pool_rst'] for s in sc)} RST.")
+    if not h:
+        return ""
+    return "## Headlines\n\n" + "\n".join("- " + x for x in h) + "\n"
 
 
 def plot_series(out, res, label, order):
