@@ -1,7 +1,7 @@
 // Command demo shows what the shutdown manager changes: a real Envoy under load (HTTP/1.1 keep-alive,
-// HTTP/2, long requests) is terminated twice, once with a plain SIGTERM and once the way kubelet does it
-// with the manager as a sidecar (preStop GET /shutdown, then SIGTERM), and the results are printed side
-// by side. Run it with `make demo`; it needs only loopback and ends by itself.
+// HTTP/2, long requests) is terminated three times: with a plain SIGTERM; the way kubelet does it with the
+// manager as a sidecar (preStop GET /shutdown, then SIGTERM); and with the manager as the agent that runs
+// Envoy (SIGTERM to the manager). The results are printed side by side. Run it with `make demo`; it needs only loopback and ends by itself.
 package main
 
 import (
@@ -60,6 +60,9 @@ func run(c config) error {
 	if _, err := os.Stat(c.manager); err != nil {
 		return fmt.Errorf("the manager binary %s (run `make build`): %w", c.manager, err)
 	}
+	if c.manager, err = filepath.Abs(c.manager); err != nil {
+		return err
+	}
 	fmt.Printf("Envoy %s, load: 8 HTTP/1.1 keep-alive clients, 4 HTTP/2 streams, 6 clients of %s requests.\n", bin.Version, c.longFor)
 	fmt.Printf("Termination begins after %s of load; clients keep sending new requests for %s more (endpoint removal).\n\n", c.warmup, c.propagation)
 
@@ -70,9 +73,16 @@ func run(c config) error {
 	}{
 		{"plain SIGTERM", func(e *testbed.Envoy, _ string) (string, error) { return "", e.Signal(syscall.SIGTERM) }},
 		{"shutdown-manager serve", func(e *testbed.Envoy, dir string) (string, error) { return viaManager(c, e, dir) }},
+		{"shutdown-manager run", func(e *testbed.Envoy, _ string) (string, error) { return "", e.Signal(syscall.SIGTERM) }},
 	} {
 		fmt.Printf("== %s\n", policy.name)
-		r, err := scenario(c, bin, policy.name, policy.terminate)
+		opts := testbed.Options{}
+		if policy.name == "shutdown-manager run" {
+			// The agent: Envoy runs as the manager's child; kubelet's SIGTERM goes to the manager.
+			opts = testbed.Options{AdminUnix: true, Wrapper: []string{c.manager, "run", "--min-drain-duration", c.minDrain.String(),
+				"--drain-timeout", "30s", "--log-format", "text", "--log-level", "warn", "--"}}
+		}
+		r, err := scenario(c, bin, policy.name, opts, policy.terminate)
 		if err != nil {
 			return fmt.Errorf("%s: %w", policy.name, err)
 		}
@@ -95,7 +105,7 @@ func run(c config) error {
 }
 
 // scenario starts an Envoy, loads it, terminates it with terminate and reports what the clients saw.
-func scenario(c config, bin testbed.Binary, name string, terminate func(*testbed.Envoy, string) (string, error)) (outcome, error) {
+func scenario(c config, bin testbed.Binary, name string, opts testbed.Options, terminate func(*testbed.Envoy, string) (string, error)) (outcome, error) {
 	r := outcome{name: name}
 	dir, err := os.MkdirTemp("", "sm-demo")
 	if err != nil {
@@ -109,16 +119,20 @@ func scenario(c config, bin testbed.Binary, name string, terminate func(*testbed
 	defer up.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := testbed.Start(ctx, bin, up, testbed.Options{Dir: dir})
+	opts.Dir = dir
+	e, err := testbed.Start(ctx, bin, up, opts)
 	if err != nil {
 		return r, err
 	}
 	defer e.Stop()
 
-	loads := map[string]*testbed.Load{
-		"keepalive": testbed.KeepAlive(ctx, e.HTTPAddr, 8, 20*time.Millisecond, "/"),
-		"http2":     testbed.HTTP2(ctx, e.HTTPAddr, 4, "/sleep?d=50ms"),
-		"long":      testbed.KeepAlive(ctx, e.HTTPAddr, 6, 0, "/sleep?d="+c.longFor.String()),
+	loads := []struct {
+		name string
+		*testbed.Load
+	}{
+		{"keepalive", testbed.KeepAlive(ctx, e.HTTPAddr, 8, 20*time.Millisecond, "/")},
+		{"http2", testbed.HTTP2(ctx, e.HTTPAddr, 4, "/sleep?d=50ms")},
+		{"long", testbed.KeepAlive(ctx, e.HTTPAddr, 6, 0, "/sleep?d="+c.longFor.String())},
 	}
 	time.Sleep(c.warmup)
 
@@ -150,14 +164,14 @@ func scenario(c config, bin testbed.Binary, name string, terminate func(*testbed
 	}
 	fmt.Printf("   %s: envoy exited after %s\n", time.Now().Format("15:04:05.000"), r.timeToExit.Round(10*time.Millisecond))
 	<-stopped
-	for name, l := range loads {
+	for _, l := range loads {
 		res := l.Wait()
 		r.sent += res.Sent
 		r.failed += res.Failed
-		if name == "long" {
+		if l.name == "long" {
 			r.longOK, r.longFailed = res.OK, res.Failed
 		}
-		fmt.Printf("   %-9s %s\n", name, res)
+		fmt.Printf("   %-9s %s\n", l.name, res)
 	}
 	return r, nil
 }
