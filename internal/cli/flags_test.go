@@ -77,3 +77,49 @@ func FuzzDrainFlags(f *testing.F) {
 		}
 	})
 }
+
+func TestRunConfig(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		timeout string // the drain timeout that results
+		wantErr string
+	}{
+		{"grace sets the drain timeout", []string{"--termination-grace-period", "75s", "--admin-address", "http://127.0.0.1:9901"}, "1m8s", ""},
+		{"an explicit drain timeout wins", []string{"--termination-grace-period", "75s", "--drain-timeout", "20s", "--admin-address", "http://127.0.0.1:9901"}, "20s", ""},
+		{"grace too short", []string{"--termination-grace-period", "10s", "--admin-address", "http://127.0.0.1:9901"}, "", "--termination-grace-period"},
+		{"no admin address and no bootstrap", []string{}, "", "--admin-address not given"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("run", flag.ContinueOnError)
+			var f runFlags
+			f.register(fs)
+			if err := parse(fs, tt.args, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := f.config(fs, []string{"sh", "-c", "true"})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one about %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.drain.Timeout.String(); got != tt.timeout {
+				t.Errorf("drain timeout = %s, want %s", got, tt.timeout)
+			}
+		})
+	}
+}
+
+func TestRunNeedsEnvoyCommand(t *testing.T) {
+	for _, args := range [][]string{{"run"}, {"run", "--"}, {"run", "--", "/no/such/envoy"}} {
+		var stdout, stderr bytes.Buffer
+		if code := Run(context.Background(), append(args[:1:1], append([]string{"--admin-address", "http://127.0.0.1:9901"}, args[1:]...)...), &stdout, &stderr); code != ExitUsage {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, stderr.String())
+		}
+	}
+}

@@ -32,17 +32,29 @@ type runConfig struct {
 	listen      *listenAddress // nil: no API
 }
 
+// runFlags are `run`'s flags: the drain flags and its own.
+type runFlags struct {
+	drainFlags
+	log         logFlags
+	stopTimeout time.Duration
+	listen      string
+	grace       time.Duration
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	f.drainFlags.register(fs)
+	f.log.register(fs)
+	fs.DurationVar(&f.stopTimeout, "stop-timeout", 5*time.Second, "after the drain, wait this long for Envoy to exit after POST /quitquitquit, then SIGTERM, then SIGKILL 1s later")
+	fs.StringVar(&f.listen, "listen", "", "also serve the HTTP API (/healthz, /shutdown, /status, /metrics) here: [IP]:PORT or unix:///path (default: no API)")
+	fs.DurationVar(&f.grace, "termination-grace-period", 0, "the pod's terminationGracePeriodSeconds: when given and --drain-timeout is not, the drain timeout is this minus --stop-timeout minus 2s")
+}
+
 // runRun is the agent: Envoy runs as this process's child; SIGTERM or SIGINT drains it, then stops it, and
 // the process exits with Envoy's status.
-func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runRun(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var df drainFlags
-	var lf logFlags
-	df.register(fs)
-	lf.register(fs)
-	stopTimeout := fs.Duration("stop-timeout", 5*time.Second, "after the drain, wait this long for Envoy to exit after POST /quitquitquit, then SIGTERM, then SIGKILL 1s later")
-	listen := fs.String("listen", "", "also serve the HTTP API (/healthz, /shutdown, /status, /metrics) here: [IP]:PORT or unix:///path (default: no API)")
-	grace := fs.Duration("termination-grace-period", 0, "the pod's terminationGracePeriodSeconds: when given and --drain-timeout is not, the drain timeout is this minus --stop-timeout minus 2s")
+	var f runFlags
+	f.register(fs)
 	sep := slices.Index(args, "--")
 	if sep < 0 {
 		if err := parse(fs, args, stdout); err != nil {
@@ -53,32 +65,33 @@ func runRun(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := parse(fs, args[:sep], stdout); err != nil {
 		return err
 	}
-	cfg, err := runConfigFrom(fs, &df, *stopTimeout, *listen, *grace, args[sep+1:])
+	cfg, err := f.config(fs, args[sep+1:])
 	if err != nil {
 		return err
 	}
-	log, closeLog, err := lf.logger(stdout, stderr)
+	log, closeLog, err := f.log.logger(stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	return runAgent(cfg, &df, log)
+	return runAgent(cfg, &f.drainFlags, log)
 }
 
-func runConfigFrom(fs *flag.FlagSet, df *drainFlags, stopTimeout time.Duration, listen string, grace time.Duration, envoyArgs []string) (runConfig, error) {
+// config validates the parsed flags (fs tells which were set) and Envoy's command into a runConfig.
+func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (runConfig, error) {
 	if len(envoyArgs) == 0 {
 		return runConfig{}, usagef("give Envoy's command after --")
 	}
-	if stopTimeout <= 0 {
+	if f.stopTimeout <= 0 {
 		return runConfig{}, usagef("--stop-timeout must be positive")
 	}
-	if grace < 0 {
+	if f.grace < 0 {
 		return runConfig{}, usagef("--termination-grace-period must not be negative")
 	}
-	if grace > 0 && !isFlagSet(fs, "drain-timeout") {
-		df.timeout = grace - stopTimeout - graceMargin
-		if df.timeout <= df.delay+df.minDuration {
-			return runConfig{}, usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", grace, df.timeout)
+	if f.grace > 0 && !isFlagSet(fs, "drain-timeout") {
+		f.timeout = f.grace - f.stopTimeout - graceMargin
+		if f.timeout <= f.delay+f.minDuration {
+			return runConfig{}, usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
 		}
 	}
 	if !isFlagSet(fs, "admin-address") {
@@ -86,9 +99,9 @@ func runConfigFrom(fs *flag.FlagSet, df *drainFlags, stopTimeout time.Duration, 
 		if err != nil {
 			return runConfig{}, usagef("--admin-address not given and %v", err)
 		}
-		df.admin = addr.String()
+		f.admin = addr.String()
 	}
-	dcfg, addr, err := df.config()
+	dcfg, addr, err := f.drainFlags.config()
 	if err != nil {
 		return runConfig{}, err
 	}
@@ -96,9 +109,9 @@ func runConfigFrom(fs *flag.FlagSet, df *drainFlags, stopTimeout time.Duration, 
 	if err != nil {
 		return runConfig{}, usagef("envoy command: %v", err)
 	}
-	cfg := runConfig{drain: dcfg, admin: addr, envoyPath: path, envoyArgs: envoyArgs, stopTimeout: stopTimeout}
-	if listen != "" {
-		la, err := parseListen(listen)
+	cfg := runConfig{drain: dcfg, admin: addr, envoyPath: path, envoyArgs: envoyArgs, stopTimeout: f.stopTimeout}
+	if f.listen != "" {
+		la, err := parseListen(f.listen)
 		if err != nil {
 			return runConfig{}, usagef("--listen: %v", err)
 		}

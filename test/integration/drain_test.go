@@ -281,6 +281,40 @@ func TestEnvoyKilledMidDrain(t *testing.T) {
 	})
 }
 
+// --drain-listeners on a real Envoy: the graceful listener drain is accepted, and because it is sent with
+// skip_exit, Envoy's listeners keep accepting new connections past its --drain-time-s (1s here), until the
+// process exits: late connections during endpoint propagation are served, not refused.
+func TestDrainListenersKeepAccepting(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		for _, mode := range []string{"all", "inbound"} {
+			t.Run(mode, func(t *testing.T) {
+				e := startEnvoy(t, bin, testbed.Options{DrainTime: time.Second})
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				p := start(t, append([]string{"drain", "--admin-address", e.AdminURL, "--drain-listeners", mode}, fast()...)...)
+				f := p.finished(t, 30*time.Second)
+				if f.Outcome != "drained" {
+					t.Fatalf("outcome %q (%s), want drained", f.Outcome, f.Reason)
+				}
+				if strings.Contains(p.log(), "could not start envoy's listener drain") {
+					t.Fatalf("envoy refused the listener drain:\n%s", p.log())
+				}
+				// Past Envoy's drain time (1s) after the drain began: new connections are still served.
+				late := testbed.Long(ctx, e.HTTPAddr, 1, 1500*time.Millisecond)
+				if r := late.Wait(); r.OK != 1 {
+					t.Errorf("a new connection after the listener drain: %s; want served", r)
+				}
+				after := testbed.KeepAlive(ctx, e.HTTPAddr, 1, 0, "/")
+				waitSent(t, after, 5)
+				after.Stop()
+				if r := after.Wait(); r.Failed != 0 {
+					t.Errorf("new connections after envoy's drain time: %s; want served", r)
+				}
+			})
+		}
+	})
+}
+
 // No Envoy behind the admin address from the start: release at the deadline with outcome error, exit 1.
 func TestAdminUnreachableFromStart(t *testing.T) {
 	p := start(t, "drain", "--admin-address", "http://127.0.0.1:1", "--min-drain-duration", "0s", "--drain-timeout", "2s")
