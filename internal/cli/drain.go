@@ -34,7 +34,7 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if showProgress && !isFlagSet(fs, "log-level") {
-		lf.level = "warn" // the progress line says what info logs would
+		lf.level = "error" // the progress line says what info and warning logs would, without breaking it
 	}
 	if showProgress && !isFlagSet(fs, "log-format") {
 		lf.format = "text"
@@ -97,8 +97,14 @@ func showUntilDone(ctx context.Context, engine *drain.Engine, d *drain.Drain, w 
 		if st.Started != nil && st.Deadline != nil {
 			deadline = durationText(st.Deadline.Sub(*st.Started))
 		}
-		fmt.Fprintf(w, "\r\033[Kdraining: %-17s in flight %-6s elapsed %-9s deadline %s",
-			st.Phase, open, durationText(time.Duration(st.Elapsed)), deadline)
+		line := fmt.Sprintf("draining: %-17s in flight %-6s elapsed %-9s deadline %-6s", st.Phase, open, durationText(time.Duration(st.Elapsed)), deadline)
+		if st.LastError != "" {
+			line += " last error: " + st.LastError
+		}
+		if len(line) > 160 {
+			line = line[:157] + "..."
+		}
+		fmt.Fprint(w, "\r\033[K"+line)
 		select {
 		case <-d.Done():
 			return
