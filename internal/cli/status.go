@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
@@ -64,7 +65,7 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fmt.Fprintln(tw, "SCOPE\tCONNECTIONS\tREQUESTS")
 	for _, s := range rep.Listeners {
 		rq := ""
-		if s.Name[:5] == "http." {
+		if strings.HasPrefix(s.Name, "http.") {
 			rq = fmt.Sprint(s.Requests)
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\n", s.Name, s.Connections, rq)
