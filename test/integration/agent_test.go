@@ -83,6 +83,28 @@ func TestAgentSIGTERMUnderLoad(t *testing.T) {
 	})
 }
 
+// `run --listen` serves the API: /shutdown drains without a signal, then the manager stops Envoy and exits 0.
+func TestAgentShutdownEndpoint(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		sock := "unix://" + filepath.Join(shortTempDir(t), "api.sock")
+		e, _ := agent(t, bin, "--listen", sock, "--min-drain-duration", "500ms", "--check-interval", "100ms")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		long := testbed.Long(ctx, e.HTTPAddr, 1, 2*time.Second)
+		waitInFlight(t, e, 1)
+		code, body, err := newAPI(sock).get(ctx, "/shutdown")
+		if err != nil || code != 200 || !strings.HasPrefix(body, "drained") {
+			t.Fatalf("/shutdown = %d %q %v, want 200 drained", code, body, err)
+		}
+		if r := long.Wait(); r.OK != 1 {
+			t.Errorf("long request: %s", r)
+		}
+		if code, _ := exitOf(t, e, 15*time.Second); code != 0 {
+			t.Errorf("manager exit code %d, want 0", code)
+		}
+	})
+}
+
 // Envoy SIGKILLed by someone else: the manager exits at once with 137 and says envoy died.
 func TestAgentEnvoyKilled(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {

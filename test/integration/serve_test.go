@@ -95,6 +95,26 @@ func TestServeLifecycle(t *testing.T) {
 			}
 		})
 
+		t.Run("drains again once envoy is live again", func(t *testing.T) {
+			_, a := serve(t, e, fast("--min-drain-duration", "0s")...)
+			for i := range 2 {
+				if code, body, err := a.get(ctx, "/shutdown"); err != nil || code != 200 {
+					t.Fatalf("/shutdown %d = %d %q %v", i, code, body, err)
+				}
+				if st := envoyState(t, e); st != "DRAINING" {
+					t.Fatalf("after /shutdown %d envoy is %s, want DRAINING", i, st)
+				}
+				// Envoy's container restarting looks like this to the manager: the same admin address, LIVE.
+				if _, err := e.AdminPost(ctx, "/healthcheck/ok"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, metrics, _ := a.get(ctx, "/metrics")
+			if !strings.Contains(metrics, `shutdown_manager_admin_requests_total{endpoint="/healthcheck/fail",result="ok"} 2`) {
+				t.Errorf("want two drains of a live envoy, metrics say otherwise")
+			}
+		})
+
 		t.Run("sigterm mid-drain", func(t *testing.T) {
 			long := testbed.Long(ctx, e.HTTPAddr, 1, 3*time.Second)
 			waitInFlight(t, e, 1)
