@@ -107,9 +107,6 @@ func New(cfg Config, admin Admin, log *slog.Logger, metrics *Metrics) (*Engine, 
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.RetryBackoff <= 0 {
-		cfg.RetryBackoff = 50 * time.Millisecond
-	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}

@@ -197,10 +197,16 @@ func (e *Engine) wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// failHealthChecks calls POST /healthcheck/fail until it succeeds, backing off from RetryBackoff to 1s,
-// while ctx allows.
+// Backoff between failed POST /healthcheck/fail attempts: it doubles from the first to the last. Short at
+// first (an Envoy still starting answers within ms), never longer than a second (the deadline is minutes).
+const (
+	firstBackoff = 50 * time.Millisecond
+	lastBackoff  = time.Second
+)
+
+// failHealthChecks calls POST /healthcheck/fail until it succeeds, backing off, while ctx allows.
 func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
-	backoff := e.cfg.RetryBackoff
+	backoff := firstBackoff
 	for attempt := 1; ; attempt++ {
 		err := e.admin.HealthcheckFail(ctx)
 		if err == nil {
@@ -213,7 +219,7 @@ func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
 		if err := e.wait(ctx, backoff); err != nil {
 			return err
 		}
-		backoff = min(2*backoff, time.Second)
+		backoff = min(2*backoff, lastBackoff)
 	}
 }
 
