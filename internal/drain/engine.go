@@ -55,7 +55,6 @@ type Config struct {
 	Mode          Mode
 	Selector      Selector
 	ListenerDrain ListenerDrain
-	RetryBackoff  time.Duration   // first wait between failed /healthcheck/fail attempts (doubles, at most 1s); default 50ms
 	EnvoyExited   <-chan struct{} // closed when Envoy's process is known to have exited (agent mode); may be nil
 }
 
