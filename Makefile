@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build envoy demo test unit fuzz vet clean
+.PHONY: all build envoy demo bench test unit fuzz vet clean
 
 all: build
 
@@ -19,11 +19,17 @@ envoy:
 demo: envoy build
 	$(GO) run ./demo
 
+# Six termination policies (ours as serve and run, plain SIGTERM, fixed wait, Contour's and Envoy Gateway's
+# re-created) against a real Envoy: failed requests, release latency, idle time, poll cost, footprint, 10k
+# connections. About 18 minutes on 2 CPUs; writes bench/results/ (REPORT.md, PNGs, raw JSON/CSV).
+bench:
+	./bench/run.sh $(BENCH_ARGS)
+
 # Everything CI runs: vet, unit and real-Envoy integration tests with -race (both pinned Envoy versions), fuzzing.
 test: envoy vet unit fuzz
 
 vet:
-	@test -z "$$(gofmt -l cmd internal demo test)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test; exit 1; }
+	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
 	$(GO) vet ./...
 
 unit:
