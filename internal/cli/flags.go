@@ -35,7 +35,7 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.delay, "drain-delay", 0, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
 	fs.DurationVar(&f.minDuration, "min-drain-duration", 5*time.Second, "after failing health checks, keep accepting at least this long before releasing")
 	fs.DurationVar(&f.timeout, "drain-timeout", 60*time.Second, "release at the latest this long after the trigger, whatever is still in flight")
-	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "time between two polls of Envoy's stats")
+	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration, at least 25ms apart)")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.count, "count", string(drain.ModeInflight), "what counts as work in flight: inflight (HTTP requests + non-HTTP connections), connections (every downstream connection), requests (HTTP requests)")
 	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only matching ones count (repeatable)")

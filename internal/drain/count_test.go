@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"regexp"
 	"testing"
+	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 )
@@ -54,5 +55,21 @@ func TestCount(t *testing.T) {
 	}
 	if len(c.Scopes) != 5 || c.Scopes[0].Name != "http.ingress_http" {
 		t.Errorf("Scopes = %+v, want 5 sorted by name", c.Scopes)
+	}
+}
+
+func TestPollGap(t *testing.T) {
+	tests := []struct {
+		lastPoll, interval, want time.Duration
+	}{
+		{300 * time.Microsecond, 250 * time.Millisecond, minPollGap}, // a small config: as often as allowed
+		{5 * time.Millisecond, 250 * time.Millisecond, 50 * time.Millisecond},
+		{86 * time.Millisecond, 250 * time.Millisecond, 250 * time.Millisecond}, // 10,000 clusters: the interval bounds it
+		{0, 10 * time.Millisecond, 10 * time.Millisecond},                       // an interval below the floor wins
+	}
+	for _, tt := range tests {
+		if got := pollGap(tt.lastPoll, tt.interval); got != tt.want {
+			t.Errorf("pollGap(%s, %s) = %s, want %s", tt.lastPoll, tt.interval, got, tt.want)
+		}
 	}
 }
