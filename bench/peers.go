@@ -7,7 +7,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +15,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
 // Timing of the peers, as documented.
@@ -64,6 +65,8 @@ func fileWaiter(ctx context.Context, file *atomic.Bool, interval time.Duration, 
 	}
 }
 
+// adminDo is one admin request with no size cap and a 30 s bound: Envoy.AdminGet caps answers at 64 MB,
+// and the unfiltered /stats/prometheus the Contour model polls is 149 MB at 10,000 clusters.
 func adminDo(ctx context.Context, r *rig, method, path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -167,21 +170,13 @@ func egConnections(ctx context.Context, r *rig) (int64, error) {
 
 // sumJSONStats sums the integer stats of an admin /stats?format=json answer whose names keep accepts.
 func sumJSONStats(body []byte, keep func(string) bool) (int64, error) {
-	var s struct {
-		Stats []struct {
-			Name  string          `json:"name"`
-			Value json.RawMessage `json:"value"`
-		} `json:"stats"`
-	}
-	if err := json.Unmarshal(body, &s); err != nil {
+	stats, err := testbed.ParseStatsJSON(body)
+	if err != nil {
 		return 0, err
 	}
 	var sum int64
-	for _, st := range s.Stats {
-		if st.Name == "" || !keep(st.Name) {
-			continue
-		}
-		if v, err := strconv.ParseInt(string(st.Value), 10, 64); err == nil {
+	for name, v := range stats {
+		if keep(name) {
 			sum += v
 		}
 	}

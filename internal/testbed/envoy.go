@@ -472,6 +472,12 @@ func (e *Envoy) Stats(ctx context.Context, filter string) (map[string]int64, err
 	if err != nil {
 		return nil, err
 	}
+	return ParseStatsJSON(body)
+}
+
+// ParseStatsJSON reads an admin /stats?format=json answer into its integer stats by full name; the
+// histograms entry and text readouts are left out.
+func ParseStatsJSON(body []byte) (map[string]int64, error) {
 	var s struct {
 		Stats []struct {
 			Name  string          `json:"name"`
