@@ -93,7 +93,8 @@ type Options struct {
 	ExtraListeners int
 	// Wrapper, if not empty, is a command that runs Envoy: Start runs
 	// Wrapper[0] with the arguments Wrapper[1:], then Envoy's path, then
-	// Envoy's arguments (for example a supervisor's `run ... --`). Envoy.Cmd is
+	// Envoy's arguments (for example a supervisor's `run ... --`); a relative
+	// Wrapper[0] is taken from the caller's working directory. Envoy.Cmd is
 	// then the wrapper's process; Signal, Wait and Exited are about the
 	// wrapper, and Stop and the end of ctx kill its whole process group. The
 	// wrapper must leave Envoy in its process group. Use it with AdminUnix,
@@ -239,6 +240,12 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	name := bin.Path
 	if len(opts.Wrapper) > 0 {
 		name = opts.Wrapper[0]
+		if strings.ContainsRune(name, '/') && !filepath.IsAbs(name) {
+			// Envoy runs in Dir: a relative path means the caller's working directory, not Dir.
+			if name, err = filepath.Abs(name); err != nil {
+				return nil, err
+			}
+		}
 		args = append(append(slices.Clip(opts.Wrapper[1:]), bin.Path), args...)
 		e.wrapped = true
 	}
