@@ -2,113 +2,14 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
-
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
-
-// serveProc is a running `shutdown-manager serve` on a unix socket, as the sidecar of one Envoy.
-type serveProc struct {
-	cmd     *exec.Cmd
-	sock    string
-	logPath string
-	client  *http.Client
-	exited  chan struct{}
-}
-
-// startServe starts `manager serve` for the admin at adminURL, listening on dir/sm.sock, and waits until it
-// answers GET /healthz (bounded: 5 s).
-func startServe(ctx context.Context, manager, dir, adminURL string, extra []string) (*serveProc, error) {
-	sock := filepath.Join(dir, "sm.sock")
-	os.Remove(sock)
-	args := append([]string{"serve", "--listen", "unix://" + sock, "--admin-address", adminURL, "--log-format", "json"}, extra...)
-	m := &serveProc{sock: sock, logPath: filepath.Join(dir, "manager.log"), exited: make(chan struct{})}
-	log, err := os.OpenFile(m.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	defer log.Close()
-	m.cmd = exec.Command(manager, args...)
-	m.cmd.Stdout, m.cmd.Stderr = log, log
-	// Dies with the bench (PR_SET_PDEATHSIG), whatever happens to it.
-	m.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := m.cmd.Start(); err != nil {
-		return nil, err
-	}
-	go func() { m.cmd.Wait(); close(m.exited) }()
-	m.client = &http.Client{Transport: &http.Transport{DialContext: testbed.UnixDialer(sock)}}
-	// The socket appears once the manager listens; nothing to await but the answer (bounded).
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, time.Second)
-		req, _ := http.NewRequestWithContext(rctx, http.MethodGet, "http://sm/healthz", nil)
-		resp, err := m.client.Do(req)
-		cancel()
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return m, nil
-			}
-		}
-		select {
-		case <-m.exited:
-			return nil, fmt.Errorf("shutdown-manager serve exited at start; log %s: %s", m.logPath, tail(m.logPath, 5))
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			m.kill()
-			return nil, fmt.Errorf("shutdown-manager serve not answering /healthz: %v", err)
-		}
-		time.Sleep(5 * time.Millisecond) // readiness poll of a just-started process
-	}
-}
-
-// shutdown is the preStop hook: GET /shutdown, which blocks until the drain releases.
-func (m *serveProc) shutdown(ctx context.Context) (int, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sm/shutdown", nil)
-	if err != nil {
-		return 0, "", err
-	}
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return 0, "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
-	return resp.StatusCode, strings.TrimSpace(string(b)), err
-}
-
-// pid returns the manager's process id.
-func (m *serveProc) pid() int { return m.cmd.Process.Pid }
-
-// stop sends SIGTERM and waits up to 10 s for the exit (the manager waits --trigger-wait for a late
-// /shutdown when none came), then kills it.
-func (m *serveProc) stop() {
-	m.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-m.exited:
-	case <-time.After(10 * time.Second):
-		m.kill()
-	}
-}
-
-func (m *serveProc) kill() {
-	m.cmd.Process.Kill()
-	<-m.exited
-}
 
 // drainFinished reads the time and outcome of the manager's JSON log line "drain finished" from path.
 func drainFinished(path string) (time.Time, string) {
@@ -134,15 +35,6 @@ func drainFinished(path string) (time.Time, string) {
 		}
 	}
 	return time.Time{}, "no drain finished line"
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // procStat is what /proc/PID says about a process.

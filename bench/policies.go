@@ -149,12 +149,12 @@ func firstLine(s string) string {
 
 // prepareServe starts our manager as a sidecar (`serve` on a unix socket); release is the preStop hook.
 func prepareServe(ctx context.Context, r *rig, tune tuning) (func(context.Context) releaseResult, func(), error) {
-	m, err := startServe(ctx, r.c.manager, r.dir, r.e.AdminURL, tune.managerArgs)
+	m, err := testbed.StartServe(ctx, r.c.manager, r.dir, r.e.AdminURL, tune.managerArgs...)
 	if err != nil {
 		return nil, nil, err
 	}
 	release := func(ctx context.Context) releaseResult {
-		code, body, err := m.shutdown(ctx)
+		code, body, err := m.Shutdown(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return releaseResult{capped: true}
@@ -167,7 +167,7 @@ func prepareServe(ctx context.Context, r *rig, tune tuning) (func(context.Contex
 		}
 		return releaseResult{at: time.Now(), outcome: outcome}
 	}
-	return release, m.stop, nil
+	return release, m.Stop, nil
 }
 
 // prepareRun is the agent: Envoy already runs under the manager (see rig setup); release is SIGTERM to the

@@ -489,13 +489,13 @@ func scenarioFootprint(ctx context.Context, c *config, res *Results) error {
 			return err
 		}
 		pid := r.e.Cmd.Process.Pid // `run`: the manager, Envoy's parent
-		var m *serveProc
+		var m *testbed.Serve
 		if p.name == "serve" {
-			if m, err = startServe(ctx, c.manager, r.dir, r.e.AdminURL, nil); err != nil {
+			if m, err = testbed.StartServe(ctx, c.manager, r.dir, r.e.AdminURL); err != nil {
 				closeRig()
 				return err
 			}
-			pid = m.pid()
+			pid = m.Pid()
 		}
 		sleepCtx(ctx, time.Second) // let the process settle before measuring (deliberate)
 		adminReqs := func() int64 {
@@ -521,7 +521,7 @@ func scenarioFootprint(ctx context.Context, c *config, res *Results) error {
 		fmt.Printf("footprint %s: rss %d kB, cpu %.3fs over %s, admin requests %d\n", p.name, f.RSSKB, f.CPUSeconds, c.footIdle, f.AdminRequests)
 		fp.Idle = append(fp.Idle, f)
 		if m != nil {
-			m.stop()
+			m.Stop()
 		}
 		closeRig()
 	}
@@ -584,11 +584,11 @@ func scaleOnce(ctx context.Context, c *config, p policy, run int) (ScaleRun, err
 		return sr, err
 	}
 	defer closeRig()
-	m, err := startServe(ctx, c.manager, r.dir, r.e.AdminURL, nil)
+	m, err := testbed.StartServe(ctx, c.manager, r.dir, r.e.AdminURL)
 	if err != nil {
 		return sr, err
 	}
-	defer m.stop()
+	defer m.Stop()
 	pctx, cancelPool := context.WithCancel(ctx)
 	defer cancelPool()
 	t := time.Now()
@@ -608,17 +608,17 @@ func scaleOnce(ctx context.Context, c *config, p policy, run int) (ScaleRun, err
 	}
 	st, _ := r.e.Stats(ctx, `^listener\.ingress_http\.downstream_cx_active$`)
 	sr.EnvoyCx = st["listener.ingress_http.downstream_cx_active"]
-	p0, err := readProc(m.pid())
+	p0, err := readProc(m.Pid())
 	if err != nil {
 		return sr, err
 	}
 	trigger := time.Now()
-	code, body, err := m.shutdown(ctx)
+	code, body, err := m.Shutdown(ctx)
 	released := time.Now()
 	if err != nil {
 		return sr, err
 	}
-	p1, err := readProc(m.pid())
+	p1, err := readProc(m.Pid())
 	if err != nil {
 		return sr, err
 	}

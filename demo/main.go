@@ -8,11 +8,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -60,9 +56,6 @@ func run(c config) error {
 	if _, err := os.Stat(c.manager); err != nil {
 		return fmt.Errorf("the manager binary %s (run `make build`): %w", c.manager, err)
 	}
-	if c.manager, err = filepath.Abs(c.manager); err != nil {
-		return err
-	}
 	fmt.Printf("Envoy %s, load: 8 HTTP/1.1 keep-alive clients, 4 HTTP/2 streams, 6 clients of %s requests.\n", bin.Version, c.longFor)
 	fmt.Printf("Termination begins after %s of load; clients keep sending new requests for %s more (endpoint removal).\n\n", c.warmup, c.propagation)
 
@@ -98,7 +91,7 @@ func run(c config) error {
 	tw.Flush()
 	for _, r := range results {
 		if r.managerSaid != "" {
-			fmt.Printf("\nshutdown-manager answered the preStop hook: %s", r.managerSaid)
+			fmt.Printf("\nshutdown-manager answered the preStop hook: %s\n", r.managerSaid)
 		}
 	}
 	return nil
@@ -179,33 +172,17 @@ func scenario(c config, bin testbed.Binary, name string, opts testbed.Options, t
 // viaManager does what kubelet does with the sidecar pod spec: it runs Envoy's preStop hook (GET /shutdown,
 // which blocks until the manager releases) and then sends Envoy SIGTERM.
 func viaManager(c config, e *testbed.Envoy, dir string) (string, error) {
-	sock := filepath.Join(dir, "sm.sock")
-	mgr := exec.Command(c.manager, "serve", "--listen", "unix://"+sock, "--admin-address", e.AdminURL,
-		"--min-drain-duration", c.minDrain.String(), "--drain-timeout", "30s", "--log-format", "text")
-	log, err := os.Create(filepath.Join(dir, "manager.log"))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	mgr, err := testbed.StartServe(ctx, c.manager, dir, e.AdminURL, "--min-drain-duration", c.minDrain.String(), "--drain-timeout", "30s")
 	if err != nil {
 		return "", err
 	}
-	defer log.Close()
-	mgr.Stdout, mgr.Stderr = log, log
-	if err := mgr.Start(); err != nil {
-		return "", err
-	}
-	defer func() { mgr.Process.Signal(syscall.SIGTERM); mgr.Wait() }()
-	client := &http.Client{Transport: &http.Transport{DialContext: testbed.UnixDialer(sock)}, Timeout: time.Minute}
-	var resp *http.Response
-	for attempt := 0; ; attempt++ { // the manager was started just now: wait for its socket
-		resp, err = client.Get("http://shutdown-manager/shutdown")
-		if err == nil || attempt == 50 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer mgr.Stop()
+	code, body, err := mgr.Shutdown(ctx)
 	if err != nil {
 		return "", fmt.Errorf("preStop GET /shutdown: %w", err)
 	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	fmt.Printf("   %s: preStop hook returned %d, kubelet sends SIGTERM\n", time.Now().Format("15:04:05.000"), resp.StatusCode)
-	return string(body), e.Signal(syscall.SIGTERM)
+	fmt.Printf("   %s: preStop hook returned %d, kubelet sends SIGTERM\n", time.Now().Format("15:04:05.000"), code)
+	return body, e.Signal(syscall.SIGTERM)
 }
