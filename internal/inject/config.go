@@ -227,7 +227,11 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 		s.minDuration = *s.Drain.MinDuration
 	}
 	if t := s.Drain.Timeout; t != nil && *t <= s.delay+s.minDuration {
-		return settings{}, fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, s.delay+s.minDuration)
+		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, s.delay+s.minDuration)
+		if v, ok := annotations[AnnotationDrainTimeout]; ok {
+			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
+		}
+		return settings{}, err
 	}
 	return s, nil
 }

@@ -329,7 +329,7 @@ func checkPorts(spec *corev1.PodSpec, set settings) error {
 	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
 		for _, p := range c.Ports {
 			if p.ContainerPort == set.Port || p.ContainerPort == set.MetricsPort {
-				return fmt.Errorf("container %q declares port %d, which the sidecar would use: choose other ports", c.Name, p.ContainerPort)
+				return fmt.Errorf("container %q declares port %d, which the sidecar would use: choose others (--port, --metrics-port)", c.Name, p.ContainerPort)
 			}
 		}
 	}
