@@ -271,4 +271,3 @@ func golden(t *testing.T, path string, got []byte) {
 		t.Errorf("%s differs (go test -run '%s' -update rewrites it; the diff is the review):\ngot:\n%s\nwant:\n%s", path, t.Name(), got, want)
 	}
 }
-
