@@ -165,7 +165,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			st.Containers = append(st.Containers, SidecarContainer)
 		}
 	}
-	if err := checkFree(spec, st); err != nil {
+	if err := checkFree(spec, c, st); err != nil {
 		return err
 	}
 
@@ -306,8 +306,9 @@ func isEnvoyImage(image string) bool {
 	return repo == "envoy" || strings.HasPrefix(repo, "envoy-")
 }
 
-// checkFree refuses to overwrite a container or volume of the pod's own that has one of our names.
-func checkFree(spec *corev1.PodSpec, st Status) error {
+// checkFree refuses to overwrite a container or volume of the pod's own that has one of our names, or a
+// mount of Envoy's container with one of our volumes' names or paths.
+func checkFree(spec *corev1.PodSpec, envoy *corev1.Container, st Status) error {
 	for _, name := range slices.Concat(st.InitContainers, st.Containers) {
 		if hasContainer(spec.InitContainers, name) || hasContainer(spec.Containers, name) {
 			return fmt.Errorf("the pod already has a container named %q that was not injected (no %s annotation)", name, AnnotationStatus)
@@ -316,6 +317,11 @@ func checkFree(spec *corev1.PodSpec, st Status) error {
 	for _, name := range st.Volumes {
 		if slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == name }) {
 			return fmt.Errorf("the pod already has a volume named %q that was not injected (no %s annotation)", name, AnnotationStatus)
+		}
+	}
+	for _, vm := range envoy.VolumeMounts {
+		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir {
+			return fmt.Errorf("container %q already mounts %q at %s, which inject would add (no %s annotation)", envoy.Name, vm.Name, vm.MountPath, AnnotationStatus)
 		}
 	}
 	return nil
