@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build envoy demo bench test unit fuzz vet clean
+.PHONY: all build envoy demo bench test unit fuzz vet clean deploy
 
 all: build
 
@@ -38,6 +38,12 @@ unit:
 # Each fuzz target briefly (FUZZTIME each); the seed corpora also run in `unit`.
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml (a test
+# checks they are up to date), and the golden files of internal/inject.
+deploy:
+	$(GO) test ./internal/cli -run TestDeployExamples -update
+	$(GO) test ./internal/inject -run TestInjectGolden -update
 
 clean:
 	rm -rf bin .tools

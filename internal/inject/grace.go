@@ -11,17 +11,17 @@ import (
 // Envoy must be stopped by us before that, so the drain timeout is the grace period minus what has to
 // happen outside the drain in that time; that remainder is the margin of each mode.
 const (
-	// hookMargin (hook and sidecar modes): before the drain starts, kubelet has to exec the hook through the
+	// HookMargin (hook and sidecar modes): before the drain starts, kubelet has to exec the hook through the
 	// container runtime (or send its HTTP request), seconds on a busy node; after the drain releases, the
 	// hook exits, kubelet sends SIGTERM and Envoy exits at once (milliseconds). Five seconds covers both.
-	hookMargin = 5 * time.Second
-	// agentStopTimeout is `run`'s default --stop-timeout: after the drain, how long Envoy gets to exit
+	HookMargin = 5 * time.Second
+	// AgentStopTimeout is `run`'s default --stop-timeout: after the drain, how long Envoy gets to exit
 	// after /quitquitquit before SIGTERM, then SIGKILL one second later.
-	agentStopTimeout = 5 * time.Second
-	// agentMargin (agent mode) is what `run --termination-grace-period` keeps in hand beyond the drain:
+	AgentStopTimeout = 5 * time.Second
+	// AgentMargin (agent mode) is what `run --termination-grace-period` keeps in hand beyond the drain:
 	// --stop-timeout and run's own 2 s (graceMargin in internal/cli/run.go: the second between SIGTERM and
 	// SIGKILL of the stop, and one for scheduling). `run` derives the same drain timeout from the same numbers.
-	agentMargin = agentStopTimeout + 2*time.Second
+	AgentMargin = AgentStopTimeout + 2*time.Second
 	// minWait is the shortest time a derived drain timeout leaves for work in flight after the drain delay
 	// and the minimum drain duration; a grace period leaving less is raised.
 	minWait = 10 * time.Second
@@ -40,9 +40,9 @@ type gracePlan struct {
 // when a drain timeout was requested, raises the grace period to fit it. A grace period is only ever
 // raised, never lowered: a user's longer one stays, and the derived drain timeout then uses all of it.
 func planGrace(s settings, current *int64) gracePlan {
-	margin := hookMargin
+	margin := HookMargin
 	if s.Mode == ModeAgent {
-		margin = agentMargin
+		margin = AgentMargin
 	}
 	have := defaultGrace
 	if current != nil {

@@ -186,7 +186,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		if err := checkPorts(spec, set); err != nil {
 			return err
 		}
-		sc := sidecarContainer(set, append(drainArgs, "--drain-timeout="+plan.timeout.String()))
+		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()))
 		if set.Hook == HookExec {
 			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
 				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("1Mi"))},
@@ -194,8 +194,11 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			mount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
 			c.VolumeMounts = append(c.VolumeMounts, mount)
 			sc.VolumeMounts = append(sc.VolumeMounts, mount)
-			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: []string{
-				BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}}})
+			// The hook gets the drain's flags too: `drain --via` waits for the sidecar's answer for
+			// --drain-timeout (plus a margin), and drains Envoy itself with them if the sidecar is gone.
+			args := append([]string{BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}, drainArgs...)
+			args = append(args, "--drain-timeout="+plan.timeout.String())
+			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
 		} else {
 			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
 		}
