@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -121,11 +122,24 @@ func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// A workload without Envoy passes through (a stream may hold others), but a stream in which no
+	// workload has Envoy is an error: a pipe must not apply an unchanged workload silently.
+	injected, firstSkip := 0, error(nil)
 	out, err := inject.Manifests(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
-		return inject.Inject(meta, spec, cfg)
+		err := inject.Inject(meta, spec, cfg)
+		switch {
+		case err == nil:
+			injected++
+		case errors.Is(err, inject.ErrNoEnvoy) && firstSkip == nil:
+			firstSkip = err
+		}
+		return err
 	}, stderr)
 	if err != nil {
 		return err
+	}
+	if injected == 0 && firstSkip != nil {
+		return fmt.Errorf("no workload with an Envoy container: nothing injected")
 	}
 	_, err = stdout.Write(out)
 	return err

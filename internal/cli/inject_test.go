@@ -246,3 +246,34 @@ func dedent(lines []string) []string {
 	}
 	return out
 }
+
+// TestInjectSkipsWorkloadsWithoutEnvoy: in a stream, a workload without Envoy passes through byte for byte
+// with a note naming it, while the Envoy workload is injected.
+func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
+	echo, err := os.ReadFile(filepath.Join("..", "..", "deploy", "common", "echo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := os.ReadFile(filepath.Join("..", "..", "deploy", "plain", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := append(append(append([]byte(nil), echo...), "---\n"...), plain...)
+	path := filepath.Join(t.TempDir(), "all.yaml")
+	if err := os.WriteFile(path, stream, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), []string{"inject", "-f", path}, &stdout, &stderr); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !bytes.HasPrefix(stdout.Bytes(), echo) {
+		t.Errorf("the echo documents did not pass through byte for byte:\n%s", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), inject.AnnotationStatus) {
+		t.Errorf("envoy was not injected:\n%s", stdout.String())
+	}
+	if want := "document 1 (Deployment echo): no Envoy container"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+}

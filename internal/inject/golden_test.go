@@ -116,12 +116,14 @@ func TestInjectGolden(t *testing.T) {
 			got, err := Manifests(in, injectFunc(cfg), &notes)
 			base := filepath.Join("testdata", tc.name)
 			if err != nil {
+				golden(t, base+".out.yaml", nil)
 				golden(t, base+".err.txt", []byte(err.Error()+"\n"))
 				if !strings.HasPrefix(err.Error(), "document ") {
 					t.Errorf("error does not name the document: %v", err)
 				}
 				return
 			}
+			golden(t, base+".err.txt", nil)
 			golden(t, base+".out.yaml", got)
 			golden(t, base+".notes.txt", notes.Bytes())
 

@@ -48,6 +48,11 @@ const (
 	runAsUser = 65532
 )
 
+// ErrNoEnvoy is returned (wrapped, with the pod's containers) by Inject for a pod in which no container
+// is named envoy or runs Envoy's image, and none was named; the pod is left unchanged. Callers going
+// through many workloads pass such pods by.
+var ErrNoEnvoy = errors.New("no Envoy container")
+
 // ErrOptedOut is returned by Inject for a pod annotated shutdown-manager.io/inject: "false"; the pod is
 // left unchanged.
 var ErrOptedOut = errors.New("opted out by annotation " + AnnotationInject + `: "false"`)
@@ -289,7 +294,7 @@ func findEnvoy(spec *corev1.PodSpec, name string) (int, error) {
 	case 1:
 		return found[0], nil
 	case 0:
-		return 0, fmt.Errorf("no Envoy container: none is named envoy and no image is Envoy's (containers: %s); name it with annotation %s", strings.Join(all, ", "), AnnotationEnvoyContainer)
+		return 0, fmt.Errorf("%w: none is named envoy and no image is Envoy's (containers: %s); name it with annotation %s", ErrNoEnvoy, strings.Join(all, ", "), AnnotationEnvoyContainer)
 	}
 	var names []string
 	for _, i := range found {

@@ -21,7 +21,8 @@ type PodFunc func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error
 // Manifests applies fn to the pod of every workload in a stream of YAML documents, and returns the
 // stream with those documents re-encoded. Every other document, and every workload fn leaves unchanged,
 // is written back byte for byte, with its separator line, in order. Errors name the document (1-based
-// index, kind, name). Notes (a workload opted out, annotations on the wrong object) go to notes.
+// index, kind, name). A workload fn skips (ErrOptedOut, ErrNoEnvoy) is left unchanged with a note; notes
+// (and annotations on the workload instead of its pod template) go to notes.
 func Manifests(data []byte, fn PodFunc, notes io.Writer) ([]byte, error) {
 	var out bytes.Buffer
 	for i, doc := range splitDocuments(data) {
@@ -183,7 +184,7 @@ func transformObject(js []byte, h header, fn PodFunc, notes io.Writer, where str
 	}
 	meta, spec := w.Pod(obj)
 	err := fn(meta, spec)
-	if errors.Is(err, ErrOptedOut) {
+	if errors.Is(err, ErrOptedOut) || errors.Is(err, ErrNoEnvoy) {
 		fmt.Fprintf(notes, "%s: %v; left unchanged\n", where, err)
 		return js, false, nil
 	}

@@ -16,8 +16,8 @@ type Workload struct {
 	Pod func(obj any) (*metav1.ObjectMeta, *corev1.PodSpec)
 }
 
-// Workloads is the one table from kind to pod template. The mutation never sees the kind.
-var Workloads = []Workload{
+// workloads is the one table from kind to pod template. The mutation never sees the kind.
+var workloads = []Workload{
 	{"v1", "Pod", func() any { return &corev1.Pod{} }, func(o any) (*metav1.ObjectMeta, *corev1.PodSpec) {
 		p := o.(*corev1.Pod)
 		return &p.ObjectMeta, &p.Spec
@@ -52,7 +52,7 @@ var Workloads = []Workload{
 // LookupWorkload returns the table's entry for a kind, and whether there is one. apiVersion must match too:
 // an old API version of a known kind (extensions/v1beta1 Deployment) is not a workload we can write back.
 func LookupWorkload(apiVersion, kind string) (Workload, bool) {
-	for _, w := range Workloads {
+	for _, w := range workloads {
 		if w.Kind == kind && w.APIVersion == apiVersion {
 			return w, true
 		}
@@ -62,7 +62,7 @@ func LookupWorkload(apiVersion, kind string) (Workload, bool) {
 
 // IsWorkloadKind reports whether kind is in the table under any API version.
 func IsWorkloadKind(kind string) bool {
-	for _, w := range Workloads {
+	for _, w := range workloads {
 		if w.Kind == kind {
 			return true
 		}
