@@ -43,6 +43,7 @@ var goldenCases = []struct {
 	{"hook-image-volume", func(c *Config) { c.BinaryFrom = BinaryImageVolume }},
 	{"sidecar", func(c *Config) { c.Mode = ModeSidecar }},
 	{"sidecar-image-volume", func(c *Config) { c.Mode, c.BinaryFrom = ModeSidecar, BinaryImageVolume }},
+	{"sidecar-envoy-user", func(c *Config) { c.Mode = ModeSidecar }},
 	{"sidecar-http", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
 	{"sidecar-plain", func(c *Config) { c.Mode, c.SidecarKind = ModeSidecar, SidecarPlain }},
 	{"sidecar-plain-http", func(c *Config) { c.Mode, c.SidecarKind, c.Hook = ModeSidecar, SidecarPlain, HookHTTP }},

@@ -193,6 +193,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		}
 		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()))
 		if set.Hook == HookExec {
+			shareUser(sc.SecurityContext, spec.SecurityContext, c.SecurityContext)
 			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
 				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("1Mi"))},
 			}})
@@ -421,6 +422,30 @@ func sidecarContainer(set settings, drainArgs []string) corev1.Container {
 		FailureThreshold: 3,
 	}
 	return c
+}
+
+// shareUser runs the sidecar as Envoy's user and group when Envoy's container runs as a known non-root
+// user (set on the container, else on the pod): Envoy's hook connects to the sidecar's unix socket, and
+// connect(2) needs write permission on the socket file, which its creator owns. Root needs none, and
+// without a known user the image's 65532 stays.
+func shareUser(sidecar *corev1.SecurityContext, pod *corev1.PodSecurityContext, envoy *corev1.SecurityContext) {
+	var uid, gid *int64
+	if pod != nil {
+		uid, gid = pod.RunAsUser, pod.RunAsGroup
+	}
+	if envoy != nil && envoy.RunAsUser != nil {
+		uid = envoy.RunAsUser
+	}
+	if envoy != nil && envoy.RunAsGroup != nil {
+		gid = envoy.RunAsGroup
+	}
+	if uid == nil || *uid == 0 {
+		return
+	}
+	sidecar.RunAsUser = ptr(*uid)
+	if gid != nil && *gid != 0 {
+		sidecar.RunAsGroup = ptr(*gid)
+	}
 }
 
 // resources: small requests (the manager idles at about 10 MiB RSS and no CPU), a memory limit with
