@@ -213,7 +213,6 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			spec.InitContainers = append(spec.InitContainers, sc)
 		} else {
 			spec.Containers = append(spec.Containers, sc)
-			c = &spec.Containers[envoy] // the append may have moved it
 		}
 	case ModeAgent:
 		command := c.Command
