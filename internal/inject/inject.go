@@ -505,7 +505,7 @@ func Uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		} else if c.Lifecycle == nil && st.PreStop != nil {
 			c.Lifecycle = &corev1.Lifecycle{PreStop: st.PreStop}
 		}
-		if len(c.Command) >= 2 && c.Command[0] == BinaryPath && c.Command[1] == "run" {
+		if st.Mode == ModeAgent && len(c.Command) >= 2 && c.Command[0] == BinaryPath && c.Command[1] == "run" {
 			if sep := slices.Index(c.Command, "--"); sep >= 0 {
 				c.Command = slices.Clone(c.Command[sep+1:])
 				if st.CommandUnset || len(c.Command) == 0 {
