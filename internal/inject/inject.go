@@ -91,6 +91,18 @@ func Injected(meta *metav1.ObjectMeta) bool {
 	return ok
 }
 
+// ParseStatus reads the status annotation: what was injected into the pod (ok false: nothing).
+func ParseStatus(meta *metav1.ObjectMeta) (st Status, ok bool, err error) {
+	text, ok := meta.Annotations[AnnotationStatus]
+	if !ok {
+		return Status{}, false, nil
+	}
+	if err := json.Unmarshal([]byte(text), &st); err != nil {
+		return Status{}, true, fmt.Errorf("annotation %s: %q: %w", AnnotationStatus, text, err)
+	}
+	return st, true, nil
+}
+
 // Inject puts the manager into the pod described by meta and spec, as cfg and the pod's annotations say.
 // On error neither is changed. A pod already injected is first uninjected, so injecting twice gives what
 // injecting once gives, and new settings replace old ones.
@@ -476,13 +488,9 @@ func securityContext() *corev1.SecurityContext {
 // Envoy's preStop hook and command, and the grace period (unless changed since). A pod without the status
 // annotation is left unchanged. On error neither meta nor spec is changed.
 func Uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
-	text, ok := meta.Annotations[AnnotationStatus]
-	if !ok {
-		return nil
-	}
-	var st Status
-	if err := json.Unmarshal([]byte(text), &st); err != nil {
-		return fmt.Errorf("annotation %s: %q: %w", AnnotationStatus, text, err)
+	st, ok, err := ParseStatus(meta)
+	if !ok || err != nil {
+		return err
 	}
 	m, s := meta.DeepCopy(), spec.DeepCopy()
 	s.InitContainers = withoutContainers(s.InitContainers, st.InitContainers)

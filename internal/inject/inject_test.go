@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -200,4 +201,28 @@ func FuzzManifests(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestParseStatus(t *testing.T) {
+	meta := metav1.ObjectMeta{}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Args: []string{"-c", "/e.yaml"}}}}
+	if _, ok, err := ParseStatus(&meta); ok || err != nil {
+		t.Fatalf("a plain pod has a status: %v %v", ok, err)
+	}
+	if err := Inject(&meta, &spec, Config{Image: "sm:1", Version: "v9", Mode: ModeAgent}); err != nil {
+		t.Fatal(err)
+	}
+	st, ok, err := ParseStatus(&meta)
+	if !ok || err != nil {
+		t.Fatalf("no status after inject: %v %v", ok, err)
+	}
+	want := Status{Version: "v9", Image: "sm:1", Mode: ModeAgent, BinaryFrom: BinaryCopy, EnvoyContainer: "envoy", DrainTimeout: "23s",
+		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, CommandUnset: true}
+	if !equality.Semantic.DeepEqual(st, want) {
+		t.Errorf("got %+v, want %+v", st, want)
+	}
+	meta.Annotations[AnnotationStatus] = "{"
+	if err := Uninject(&meta, &spec); err == nil || !strings.Contains(err.Error(), AnnotationStatus) {
+		t.Errorf("a broken status annotation: got %v, want an error naming it", err)
+	}
 }
