@@ -36,22 +36,36 @@ func fakeBinaries() []Binary {
 }
 
 var (
-	compileOnce sync.Once
-	compiled    []Binary
-	compileErr  error
+	realOnce     sync.Once
+	realBins     []Binary
+	realIdx      v1.ImageIndex
+	realErr      error
+	testArches   = []string{"amd64", "arm64"}
+	realTestName string
 )
 
-// realBinaries compiles the module's command for amd64 and arm64 once per test binary, as `make image` does.
-func realBinaries(t *testing.T) []Binary {
+// realIndex compiles the module's command for amd64 and arm64 and builds their index, once per test binary
+// (compiling and compressing take minutes under -race on a busy machine), as `make image` does.
+func realIndex(t *testing.T) ([]Binary, v1.ImageIndex) {
 	t.Helper()
-	compileOnce.Do(func() {
-		compiled, compileErr = Compile(context.Background(), CompileConfig{
-			ModuleDir: moduleRoot(t), Version: testMetadata.Version, Arches: []string{"amd64", "arm64"}})
-	})
-	if compileErr != nil {
-		t.Fatal(compileErr)
+	if testing.Short() {
+		t.Skip("-short: does not compile the command for two architectures")
 	}
-	return compiled
+	realOnce.Do(func() {
+		realTestName = t.Name()
+		realBins, realErr = Compile(context.Background(), CompileConfig{
+			ModuleDir: moduleRoot(t), Version: testMetadata.Version, Arches: testArches})
+		if realErr == nil {
+			realIdx, realErr = NewIndex(testMetadata, realBins)
+		}
+		if realErr == nil {
+			_, realErr = realIdx.Digest() // compresses the layers once, for every test after
+		}
+	})
+	if realErr != nil {
+		t.Fatalf("building the image (first attempted by %s): %v", realTestName, realErr)
+	}
+	return realBins, realIdx
 }
 
 func moduleRoot(t *testing.T) string {
@@ -259,50 +273,41 @@ func TestIndexDigestIsAFunctionOfItsInputs(t *testing.T) {
 // TestBuildIsReproducible compiles the real command twice, as two `make image` runs of one commit would, and
 // expects the same binaries and the same index digest.
 func TestBuildIsReproducible(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles the command twice for two architectures")
-	}
-	first := realBinaries(t)
-	second, err := Compile(t.Context(), CompileConfig{
-		ModuleDir: moduleRoot(t), Version: testMetadata.Version, Arches: []string{"amd64", "arm64"}})
+	firstBins, firstIdx := realIndex(t)
+	secondBins, err := Compile(t.Context(), CompileConfig{
+		ModuleDir: moduleRoot(t), Version: testMetadata.Version, Arches: testArches})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i := range first {
-		if !bytes.Equal(first[i].Data, second[i].Data) {
-			t.Errorf("linux/%s: two builds gave different binaries", first[i].Arch)
+	for i := range firstBins {
+		if !bytes.Equal(firstBins[i].Data, secondBins[i].Data) {
+			t.Errorf("linux/%s: two builds gave different binaries", firstBins[i].Arch)
 		}
 	}
-	var digests []v1.Hash
-	for _, bins := range [][]Binary{first, second} {
-		idx, err := NewIndex(testMetadata, bins)
-		if err != nil {
-			t.Fatal(err)
-		}
-		h, err := idx.Digest()
-		if err != nil {
-			t.Fatal(err)
-		}
-		digests = append(digests, h)
+	secondIdx, err := NewIndex(testMetadata, secondBins)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if digests[0] != digests[1] {
-		t.Fatalf("two builds of one commit: index digests %s and %s", digests[0], digests[1])
+	first, err := firstIdx.Digest()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("both builds: index %s", digests[0])
+	second, err := secondIdx.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first != second {
+		t.Fatalf("two builds of one commit: index digests %s and %s", first, second)
+	}
+	t.Logf("both builds: index %s", first)
 }
 
 // TestImageBinaryRuns runs the host's binary taken out of the image's layer: static, executable, stamped.
 func TestImageBinaryRuns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("compiles the command")
-	}
 	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
 		t.Skipf("the image's binaries run on linux/amd64 and linux/arm64, not %s/%s", runtime.GOOS, runtime.GOARCH)
 	}
-	idx, err := NewIndex(testMetadata, realBinaries(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, idx := realIndex(t)
 	img, err := ImageFor(idx, runtime.GOARCH)
 	if err != nil {
 		t.Fatal(err)
