@@ -15,7 +15,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath \
+RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
     -ldflags "-s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=${VERSION}" \
     -o /out/shutdown-manager ./cmd/shutdown-manager
 

@@ -28,9 +28,9 @@ type CompileConfig struct {
 	Go        string   // the go command; "go" when empty
 }
 
-// Compile builds MainPackage as `make build` does (CGO_ENABLED=0, -trimpath, LDFlags) once per arch, and
-// returns the binaries in the order of c.Arches. The output depends only on the sources, the flags and the
-// Go toolchain, which is what makes the image reproducible.
+// Compile builds MainPackage as `make build` does (CGO_ENABLED=0, -trimpath, LDFlags; plus -buildvcs=false)
+// once per arch, and returns the binaries in the order of c.Arches. The output depends only on the sources,
+// the flags and the Go toolchain, which is what makes the image reproducible.
 func Compile(ctx context.Context, c CompileConfig) ([]Binary, error) {
 	goCmd := c.Go
 	if goCmd == "" {
@@ -44,7 +44,9 @@ func Compile(ctx context.Context, c CompileConfig) ([]Binary, error) {
 	var bins []Binary
 	for _, arch := range c.Arches {
 		out := filepath.Join(tmp, "shutdown-manager-"+arch)
-		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-ldflags", LDFlags(c.Version), "-o", out, MainPackage)
+		// -buildvcs=false: the binary must not depend on whether a .git directory is present (a source
+		// tarball, the Dockerfile's context); the revision is in the image's labels.
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(c.Version), "-o", out, MainPackage)
 		cmd.Dir = c.ModuleDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 		var stderr bytes.Buffer

@@ -66,7 +66,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("the last stage has %d COPY/ADD/RUN instructions, want 1: one file, nothing else", n)
 	}
 	build := regexp.MustCompile(`RUN .*go build .*`).FindString(text)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "` + LDFlags("${VERSION}") + `"`, MainPackage} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-buildvcs=false", `-ldflags "` + LDFlags("${VERSION}") + `"`, MainPackage} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the Dockerfile's go build %q lacks %q", build, want)
 		}
