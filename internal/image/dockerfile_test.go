@@ -90,3 +90,22 @@ func TestMakefileBuildsAsCompile(t *testing.T) {
 		t.Error("make build no longer builds with CGO_ENABLED=0 -trimpath -ldflags '$(LDFLAGS)' as Compile does")
 	}
 }
+
+// TestREADMEDescribesImage: the README's Image section states the facts the tests check on the image.
+func TestREADMEDescribesImage(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join(moduleRoot(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(data)), " ")
+	for _, want := range []string{
+		"`" + BinaryPath + "` (mode 0555, owner 0:0), and nothing else",
+		"Entrypoint `" + BinaryPath + "`, user " + User,
+		"labels `org.opencontainers.image.{version,source,revision,created}`",
+		"`docker.io/library/shutdown-manager:VERSION`",
+	} {
+		if !strings.Contains(readme, want) {
+			t.Errorf("README.md does not say %q", want)
+		}
+	}
+}
