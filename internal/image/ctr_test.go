@@ -71,7 +71,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = ""
 [metrics]
   address = ""
-`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.address, c.address+".ttrpc")
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q # else /opt/containerd
+`, filepath.Join(dir, "root"), filepath.Join(dir, "state"), c.address, c.address+".ttrpc", filepath.Join(dir, "opt"))
 	configPath := filepath.Join(dir, "config.toml")
 	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
