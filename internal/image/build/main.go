@@ -35,7 +35,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	if err != nil {
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
 		fmt.Fprintln(os.Stderr, "image build:", err)
 		os.Exit(1)
 	}
@@ -57,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
-	root, err := gitOutput(ctx, "rev-parse", "--show-toplevel")
+	root, err := moduleRoot(ctx)
 	if err != nil {
 		return err
 	}
@@ -172,6 +174,19 @@ func sourceDateEpoch(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("reading the creation time: %q is not Unix seconds", s)
 	}
 	return n, nil
+}
+
+// moduleRoot is the directory of the main module's go.mod (not git's top level: a source tarball has none).
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("running go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the shutdown-manager module: run from its directory")
+	}
+	return filepath.Dir(gomod), nil
 }
 
 func gitOutput(ctx context.Context, args ...string) (string, error) {
