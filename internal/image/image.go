@@ -106,7 +106,7 @@ func NewImage(md Metadata, bin Binary) (v1.Image, error) {
 	cf.OS = "linux"
 	cf.Architecture = bin.Arch
 	if bin.Arch == "arm64" {
-		cf.Variant = "v8" // what `docker buildx` and the Go images record for arm64
+		cf.Variant = "v8" // as the arm64 entries of Docker Hub's official images record it
 	}
 	cf.Config = v1.Config{
 		Entrypoint: []string{BinaryPath},
