@@ -28,6 +28,26 @@ const (
 	TCPListener  = "ingress_tcp"  // tcp_proxy, stat_prefix "tcp" ("tcp.tcp.*")
 )
 
+// Names of the listeners, cluster and path that Options.InternalListener, Options.SharedPrefixListener
+// and Options.MixedListener add.
+const (
+	// InternalListener is an internal listener (no stat_prefix: its stats are
+	// "listener.envoy_internal_internal_http.*") with an HTTP manager of stat_prefix "internal_http",
+	// reached through InternalCluster.
+	InternalListener = "internal_http"
+	InternalCluster  = "internal"
+	// ViaInternalPath is the path prefix HTTPListener routes to InternalCluster (the prefix is rewritten to "/").
+	ViaInternalPath = "/via-internal/"
+	// SharedPrefixListener is an HTTP listener (stats "listener.ingress_http_2.*") whose HTTP manager shares
+	// HTTPListener's stat_prefix "ingress_http".
+	SharedPrefixListener = "ingress_http_2"
+	// MixedListener has no stat_prefix (its stats are "listener.127.0.0.1_0.*", after its configured
+	// address) and two filter chains: connections from MixedTCPSource go to a tcp_proxy to TCPCluster,
+	// all others to an HTTP manager of stat_prefix "mixed_http".
+	MixedListener  = "mixed"
+	MixedTCPSource = "127.0.0.2"
+)
+
 // Names of the clusters in the bootstrap [Start] writes.
 const (
 	HTTPCluster = "upstream_http" // the Upstream's HTTPAddr, HTTP/1.1
@@ -91,6 +111,14 @@ type Options struct {
 	// kernel-chosen ports, each named, with listener and HTTP manager
 	// stat_prefix, ExtraListenerPrefix+i and routing to HTTPCluster.
 	ExtraListeners int
+	// InternalListener adds the internal listener [InternalListener] with its own HTTP manager, reached by
+	// requests to HTTPListener under [ViaInternalPath] (as Istio's sidecars reach theirs).
+	InternalListener bool
+	// SharedPrefixListener adds the HTTP listener [SharedPrefixListener], whose HTTP manager shares the
+	// stat_prefix of HTTPListener's (as one "ingress_http" on ports 80 and 443 does).
+	SharedPrefixListener bool
+	// MixedListener adds the listener [MixedListener], whose filter chains mix an HTTP manager and a TCP proxy.
+	MixedListener bool
 	// Wrapper, if not empty, is a command that runs Envoy: Start runs
 	// Wrapper[0] with the arguments Wrapper[1:], then Envoy's path, then
 	// Envoy's arguments (for example a supervisor's `run ... --`); a relative
@@ -122,6 +150,8 @@ type Envoy struct {
 	AdminURL string
 	HTTPAddr string // "127.0.0.1:PORT" of the HTTP listener
 	TCPAddr  string // "127.0.0.1:PORT" of the TCP proxy listener
+	// ListenerAddrs maps the name of every listener with a socket address to its "127.0.0.1:PORT".
+	ListenerAddrs map[string]string
 	// Cmd is the running process. Use Signal, Wait, Exited and Stop rather than
 	// Cmd.Wait or Cmd.Process.Wait, which only one caller may use.
 	Cmd *exec.Cmd
@@ -378,7 +408,7 @@ func (e *Envoy) awaitReady(ctx context.Context, addrPath string) error {
 	}
 }
 
-// discoverListeners fills HTTPAddr and TCPAddr from GET /listeners?format=json.
+// discoverListeners fills HTTPAddr, TCPAddr and ListenerAddrs from GET /listeners?format=json.
 func (e *Envoy) discoverListeners(ctx context.Context) error {
 	body, err := e.AdminGet(ctx, "/listeners?format=json")
 	if err != nil {
@@ -398,9 +428,14 @@ func (e *Envoy) discoverListeners(ctx context.Context) error {
 	if err := json.Unmarshal(body, &ls); err != nil {
 		return fmt.Errorf("/listeners: %w", err)
 	}
+	e.ListenerAddrs = map[string]string{}
 	for _, l := range ls.ListenerStatuses {
 		sa := l.LocalAddress.SocketAddress
+		if sa.Address == "" {
+			continue // an internal listener
+		}
 		addr := net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
+		e.ListenerAddrs[l.Name] = addr
 		switch l.Name {
 		case HTTPListener:
 			e.HTTPAddr = addr
