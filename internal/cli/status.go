@@ -49,7 +49,7 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("reading envoy's stats: %w", err)
 	}
-	c := drain.Count(snap, cfg.Mode, cfg.Selector)
+	c := drain.Count(snap, nil, cfg.Mode, cfg.Selector)
 	rep := statusReport{Admin: addr.String(), EnvoyState: string(state), Count: cfg.Mode, Open: c.Open,
 		NonHTTPCx: c.NonHTTPCx, Listeners: c.Scopes, Excluded: c.Excluded}
 	if rep.Listeners == nil {

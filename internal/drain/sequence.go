@@ -143,7 +143,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		st.Polls++
 		switch {
 		case err == nil:
-			c := Count(snap, cfg.Mode, cfg.Selector)
+			c := Count(snap, nil, cfg.Mode, cfg.Selector)
 			if c.Open != st.Open {
 				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
 			}
