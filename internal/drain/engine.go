@@ -25,6 +25,8 @@ type Admin interface {
 	DrainListeners(ctx context.Context, inboundOnly bool) error
 	Stats(ctx context.Context) (envoyadmin.Snapshot, error)
 	ServerState(ctx context.Context) (envoyadmin.ServerState, error)
+	// ListenerConfig reads which HTTP managers each listener owns; see topologyReader for when.
+	ListenerConfig(ctx context.Context) (envoyadmin.Topology, error)
 }
 
 // ListenerDrain says whether, after failing health checks, the engine also starts Envoy's graceful listener drain.

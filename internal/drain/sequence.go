@@ -64,6 +64,8 @@ type Status struct {
 	Open       int64        `json:"open"` // what --count counts; -1 before the first poll
 	Listeners  []ScopeCount `json:"listeners"`
 	Excluded   []string     `json:"excluded,omitempty"`
+	Groups     []Group      `json:"groups,omitempty"`      // how the last poll was counted, group by group
+	CountBasis string       `json:"count_basis,omitempty"` // "listener_config" or "fallback: <why>"
 	Started    *time.Time   `json:"started,omitempty"`
 	Deadline   *time.Time   `json:"deadline,omitempty"`
 	Elapsed    Seconds      `json:"elapsed_seconds"`
@@ -133,6 +135,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	}
 
 	// 3 and 4. Keep accepting for the minimum duration, then release once the work in flight is done.
+	topo := newTopologyReader(e.admin, log)
 	settled := time.Now().Add(cfg.MinDuration)
 	st.Phase = PhaseMinDuration
 	e.publish(ptr(st))
@@ -143,11 +146,12 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		st.Polls++
 		switch {
 		case err == nil:
-			c := Count(snap, nil, cfg.Mode, cfg.Selector)
+			c := topo.count(ctx, snap, cfg.Mode, cfg.Selector)
 			if c.Open != st.Open {
 				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
 			}
 			st.Open, st.Listeners, st.Excluded, st.LastError = c.Open, c.Scopes, c.Excluded, ""
+			st.Groups, st.CountBasis = c.Groups, c.Basis
 		case errors.Is(err, envoyadmin.ErrUnreachable):
 			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
 			st.LastError = err.Error()
