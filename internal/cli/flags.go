@@ -38,8 +38,8 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration, at least 25ms apart)")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.count, "count", string(drain.ModeInflight), "what counts as work in flight: inflight (HTTP requests + non-HTTP connections), connections (every downstream connection), requests (HTTP requests)")
-	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only matching ones count (repeatable)")
-	fs.Var(&f.exclude, "listener-exclude", "regular expression on stat scopes (listener.<addr>, http.<prefix>): matching ones do not count (repeatable)")
+	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only groups with a matching member count (repeatable)")
+	fs.Var(&f.exclude, "listener-exclude", "regular expression on stat scopes (listener.<addr>, http.<prefix>): groups with a matching member do not count (repeatable)")
 	fs.StringVar(&f.listeners, "drain-listeners", string(drain.ListenerDrainNone), "also start Envoy's graceful listener drain after failing health checks: none, inbound, all (for listeners with drain_type MODIFY_ONLY)")
 }
 
