@@ -8,8 +8,9 @@ import (
 
 // bootstrap returns Envoy's bootstrap configuration (marshalled to JSON, which
 // Envoy reads like YAML) with the given admin block; see [Envoy] for what it
-// configures, plus the extra clusters and listeners opts asks for.
-func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any {
+// configures, plus the extra clusters and listeners opts asks for, and a
+// file-based LDS at ldsPath unless it is "".
+func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string) map[string]any {
 	routes := []any{map[string]any{
 		"match": map[string]any{"prefix": "/"},
 		// timeout 0s disables the route timeout (default 15 s).
@@ -61,6 +62,12 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any 
 	for i := range opts.ExtraListeners {
 		name := fmt.Sprintf("%s%d", ExtraListenerPrefix, i)
 		res["listeners"] = append(res["listeners"].([]any), listener(name, httpManager(name)))
+	}
+	if ldsPath != "" {
+		b["dynamic_resources"] = map[string]any{"lds_config": map[string]any{
+			"resource_api_version": "V3",
+			"path_config_source":   map[string]any{"path": ldsPath},
+		}}
 	}
 	if opts.InternalListener {
 		// Istio-style: the HTTP listener routes ViaInternalPath to a cluster whose one endpoint is an

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -119,6 +120,9 @@ type Options struct {
 	SharedPrefixListener bool
 	// MixedListener adds the listener [MixedListener], whose filter chains mix an HTTP manager and a TCP proxy.
 	MixedListener bool
+	// DynamicListeners gives Envoy a file-based LDS (Dir/lds.json, without listeners at start), to which
+	// [Envoy.AddHTTPListener] adds listeners while it runs.
+	DynamicListeners bool
 	// Wrapper, if not empty, is a command that runs Envoy: Start runs
 	// Wrapper[0] with the arguments Wrapper[1:], then Envoy's path, then
 	// Envoy's arguments (for example a supervisor's `run ... --`); a relative
@@ -166,6 +170,10 @@ type Envoy struct {
 	adminNet, adminAddr string // how to dial the admin interface
 	adminBase           string // URL prefix of admin requests over adminClient
 	adminClient         *http.Client
+
+	ldsPath string     // Dir/lds.json with Options.DynamicListeners
+	ldsMu   sync.Mutex // serialises AddHTTPListener
+	dynamic []any      // the listeners of lds.json
 
 	exited  chan struct{} // closed once the process is reaped
 	waitErr error         // result of Cmd.Wait; written before exited is closed
@@ -259,7 +267,13 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	}
 	args = append(args, opts.Args...)
 
-	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up, opts), "", "  ")
+	if opts.DynamicListeners {
+		e.ldsPath = filepath.Join(dir, "lds.json")
+		if err := e.writeLDS(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up, opts, e.ldsPath), "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -410,9 +424,24 @@ func (e *Envoy) awaitReady(ctx context.Context, addrPath string) error {
 
 // discoverListeners fills HTTPAddr, TCPAddr and ListenerAddrs from GET /listeners?format=json.
 func (e *Envoy) discoverListeners(ctx context.Context) error {
-	body, err := e.AdminGet(ctx, "/listeners?format=json")
+	addrs, body, err := e.listenerAddrs(ctx)
 	if err != nil {
 		return err
+	}
+	e.ListenerAddrs = addrs
+	e.HTTPAddr, e.TCPAddr = addrs[HTTPListener], addrs[TCPListener]
+	if e.HTTPAddr == "" || e.TCPAddr == "" || strings.HasSuffix(e.HTTPAddr, ":0") || strings.HasSuffix(e.TCPAddr, ":0") {
+		return fmt.Errorf("/listeners lacks %s or %s with a port: %s", HTTPListener, TCPListener, body)
+	}
+	return nil
+}
+
+// listenerAddrs reads the "127.0.0.1:PORT" of every listener with a socket address from GET
+// /listeners?format=json, and returns the answer too.
+func (e *Envoy) listenerAddrs(ctx context.Context) (map[string]string, []byte, error) {
+	body, err := e.AdminGet(ctx, "/listeners?format=json")
+	if err != nil {
+		return nil, nil, err
 	}
 	var ls struct {
 		ListenerStatuses []struct {
@@ -426,27 +455,62 @@ func (e *Envoy) discoverListeners(ctx context.Context) error {
 		} `json:"listener_statuses"`
 	}
 	if err := json.Unmarshal(body, &ls); err != nil {
-		return fmt.Errorf("/listeners: %w", err)
+		return nil, body, fmt.Errorf("/listeners: %w", err)
 	}
-	e.ListenerAddrs = map[string]string{}
+	addrs := map[string]string{}
 	for _, l := range ls.ListenerStatuses {
 		sa := l.LocalAddress.SocketAddress
 		if sa.Address == "" {
 			continue // an internal listener
 		}
-		addr := net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
-		e.ListenerAddrs[l.Name] = addr
-		switch l.Name {
-		case HTTPListener:
-			e.HTTPAddr = addr
-		case TCPListener:
-			e.TCPAddr = addr
+		addrs[l.Name] = net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
+	}
+	return addrs, body, nil
+}
+
+// AddHTTPListener adds, through the file-based LDS of Options.DynamicListeners, an HTTP listener on
+// 127.0.0.1 with a kernel-chosen port whose name, listener stat_prefix and HTTP manager stat_prefix are
+// name, routing to HTTPCluster; it waits (bounded by ctx) until Envoy serves it and returns its
+// "127.0.0.1:PORT". ListenerAddrs is not changed.
+func (e *Envoy) AddHTTPListener(ctx context.Context, name string) (string, error) {
+	if e.ldsPath == "" {
+		return "", errors.New("testbed: AddHTTPListener needs Options.DynamicListeners")
+	}
+	e.ldsMu.Lock()
+	defer e.ldsMu.Unlock()
+	l := listener(name, httpManager(name))
+	l["@type"] = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	e.dynamic = append(e.dynamic, l)
+	if err := e.writeLDS(); err != nil {
+		return "", err
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		addrs, _, err := e.listenerAddrs(ctx)
+		if addr := addrs[name]; err == nil && addr != "" && !strings.HasSuffix(addr, ":0") {
+			return addr, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("testbed: listener %s not served: %w (last: %v)", name, ctx.Err(), err)
+		case <-tick.C:
 		}
 	}
-	if e.HTTPAddr == "" || e.TCPAddr == "" || strings.HasSuffix(e.HTTPAddr, ":0") || strings.HasSuffix(e.TCPAddr, ":0") {
-		return fmt.Errorf("/listeners lacks %s or %s with a port: %s", HTTPListener, TCPListener, body)
+}
+
+// writeLDS writes the dynamic listeners to ldsPath the way Envoy's file watch sees an update: to a
+// temporary file, then renamed over it.
+func (e *Envoy) writeLDS() error {
+	b, err := json.Marshal(map[string]any{"version_info": strconv.Itoa(len(e.dynamic)), "resources": append([]any{}, e.dynamic...)})
+	if err != nil {
+		return err
 	}
-	return nil
+	tmp := e.ldsPath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, e.ldsPath)
 }
 
 func (e *Envoy) newAdminClient() *http.Client {

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -230,6 +231,72 @@ func TestStatusShowsGroups(t *testing.T) {
 		table, err := runOutput(ctx, "status", "--admin-address", e.AdminURL)
 		if err != nil || !strings.Contains(table, "counted by: listener_config") || !strings.Contains(table, "listener.ingress_http listener.ingress_http_2 http.ingress_http") {
 			t.Errorf("status table (%v):\n%s", err, table)
+		}
+	})
+}
+
+// A listener added during the drain (through LDS) first shows in the stats alone: the configuration read at
+// the start does not know it, so all its connections count, and the next poll reads the configuration again,
+// once. Its HTTP manager is then attributed to it, its idle keep-alives cancel out, and the drain releases
+// when the last request finishes, with them still open.
+//
+// (The rule without the configuration releases here too; what this checks on the real Envoy is the re-read.)
+func TestCountListenerAddedMidDrain(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
+		waitInFlight(t, e, 1)
+		p, a := serve(t, e, fast("--drain-timeout", "15s")...)
+		shutdown := make(chan int, 1)
+		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
+		a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "waiting" })
+		addr, err := e.AddHTTPListener(ctx, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Health checks fail, so every response now closes its connection: the idle connections are opened
+		// and left without a request (the HTTP manager has them all the same).
+		for range 2 {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		waitStat(t, e, "http.late.downstream_cx_active", 2)
+		if r := long.Wait(); r.OK != 1 {
+			t.Fatalf("the long request: %s", r)
+		}
+		if code := <-shutdown; code != http.StatusOK {
+			t.Fatalf("/shutdown = %d, want 200", code)
+		}
+		f := p.finished(t, 5*time.Second)
+		if f.Outcome != "drained" || f.Duration > 10*time.Second {
+			t.Errorf("outcome %q after %s (%s), want drained when the long request finished", f.Outcome, f.Duration, f.Reason)
+		}
+		if st, err := e.Stats(ctx, `^listener\.late\.downstream_cx_active$`); err != nil || st["listener.late.downstream_cx_active"] != 2 {
+			t.Errorf("idle connections on the new listener after release: %v %v, want both open", st, err)
+		}
+		reads := strings.Count(p.log(), `"msg":"envoy's listener configuration read"`)
+		if reads != 2 {
+			t.Errorf("the listener configuration was read %d times, want twice (at the start, and for the new listener):\n%s", reads, p.log())
+		}
+		_, body, err := a.get(ctx, "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var st statusGroups
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		ok := false
+		for _, g := range st.Groups {
+			ok = ok || slices.Equal(g.Listeners, []string{"listener.late"}) && slices.Equal(g.Managers, []string{"http.late"}) && g.Counted && g.Reason == ""
+		}
+		if !ok {
+			t.Errorf("/status after the drain: no counted group of listener.late with http.late:\n%s", body)
 		}
 	})
 }
