@@ -86,8 +86,8 @@ const (
 // the official images (their entrypoint script prepends `envoy` to arguments that start with "-").
 var DefaultEnvoyCommand = []string{"envoy"}
 
-// Config is what to inject, the same for every pod it is applied to; a pod's annotations override it
-// (Annotations). Zero values mean the defaults above. Drain settings left nil are not passed, so the
+// Config is what to inject, the same for every pod it is applied to; a pod's annotations (the Annotation*
+// keys) override it. Zero values mean the defaults above. Drain settings left nil are not passed, so the
 // manager's own defaults apply, except the drain timeout, which is always derived (see Inject).
 type Config struct {
 	Image           string            // our image (required): FROM scratch, the binary at /shutdown-manager

@@ -10,6 +10,9 @@
 //     unix socket in a shared emptyDir (HookExec, the binary as in hook mode) or is an httpGet (HookHTTP).
 //   - agent: Envoy's command is wrapped in `run … -- <command>`, the binary as in hook mode.
 //
+// Manifests applies Inject or Uninject to every workload in a stream of YAML documents (the inject and
+// uninject commands), passing every other document through byte for byte.
+//
 // The status annotation records what was injected and what it replaced, so that Inject is idempotent
 // (inject∘inject = inject: an injected pod is first uninjected, then injected with the current settings,
 // which also replaces an injection with other settings cleanly) and Uninject restores the pod exactly
