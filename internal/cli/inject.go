@@ -40,7 +40,7 @@ type injectFlags struct {
 }
 
 func (f *injectFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.file, "f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
+	fs.StringVar(&f.file, "f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
 	fs.StringVar(&f.image, "image", "shutdown-manager:"+Version, "the shutdown-manager image")
 	fs.StringVar(&f.pullPolicy, "image-pull-policy", "", "pull policy of the injected containers and image volume: Always, IfNotPresent, Never (default: Kubernetes' default)")
 	fs.StringVar(&f.mode, "mode", string(inject.DefaultMode), "hook (Envoy's preStop runs drain; nothing runs until then), sidecar (serve beside Envoy), agent (run wraps Envoy's command)")
@@ -53,12 +53,12 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.port, "port", inject.DefaultPort, "sidecar mode with --hook http: the API's port")
 	fs.IntVar(&f.metricsPort, "metrics-port", inject.DefaultMetricsPort, "sidecar mode with --hook http: the metrics port")
 	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
-	fs.DurationVar(&f.delay, "drain-delay", inject.DefaultDrainDelay, "passed to the drain")
-	fs.DurationVar(&f.minDuration, "min-drain-duration", inject.DefaultMinDrainDuration, "passed to the drain")
+	fs.DurationVar(&f.delay, "drain-delay", inject.DefaultDrainDelay, "passed to the drain (see drain -h); sizes the grace period")
+	fs.DurationVar(&f.minDuration, "min-drain-duration", inject.DefaultMinDrainDuration, "passed to the drain (see drain -h); sizes the grace period")
 	fs.DurationVar(&f.timeout, "drain-timeout", 0, "the drain timeout; the grace period is raised to fit it (default: derived from terminationGracePeriodSeconds)")
-	fs.Int64Var(&f.minOpen, "min-open-connections", 0, "passed to the drain")
-	fs.StringVar(&f.count, "count", "", "passed to the drain: inflight, connections, requests")
-	fs.Var(&f.listenerExclude, "listener-exclude", "passed to the drain (repeatable)")
+	fs.Int64Var(&f.minOpen, "min-open-connections", 0, "passed to the drain (see drain -h)")
+	fs.StringVar(&f.count, "count", "", "passed to the drain (see drain -h): inflight, connections, requests")
+	fs.Var(&f.listenerExclude, "listener-exclude", "passed to the drain (see drain -h; repeatable)")
 }
 
 // config turns the flags that were set (fs says which) into an inject.Config.
