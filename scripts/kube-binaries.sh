@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the tests run from the Go module proxy (tools/go.mod pins every version), into a
+# cache directory keyed by those versions, and prints that directory's bin/ on stdout. Does nothing but print it
+# when every binary asked for is already there.
+#
+#   KUBE_BINARIES  which binaries (default: etcd kube-apiserver kubectl, enough for admission and dry-run tests).
+#                  The full cluster adds kubelet kube-proxy kube-controller-manager kube-scheduler: each is a
+#                  `tool` line of tools/go.mod already, so it is only a longer list here.
+#   KUBE_CACHE_DIR where caches live (default: ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube).
+#
+# Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
+# interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
+# building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see the README); warm, nothing.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+tools=$root/tools
+binaries=${KUBE_BINARIES:-etcd kube-apiserver kubectl}
+
+# The one place versions come from: tools/go.mod's require lines.
+required_version() {
+  awk -v mod="$1" '$1 == mod && $2 ~ /^v/ { print $2; exit }' "$tools/go.mod"
+}
+k8s_version=$(required_version k8s.io/kubernetes)
+etcd_version=$(required_version go.etcd.io/etcd/server/v3)
+if [ -z "$k8s_version" ] || [ -z "$etcd_version" ]; then
+  echo "kube-binaries: no k8s.io/kubernetes or go.etcd.io/etcd/server/v3 version in $tools/go.mod" >&2
+  exit 1
+fi
+
+cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
+dir=$cache/$k8s_version-etcd-$etcd_version
+bin=$dir/bin
+
+# The import path each binary is built from.
+package_of() {
+  case $1 in
+    etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubelet | kubectl)
+      echo "k8s.io/kubernetes/cmd/$1" ;;
+    *) echo "kube-binaries: unknown binary $1" >&2; return 1 ;;
+  esac
+}
+
+missing() {
+  local b
+  for b in $binaries; do
+    [ -x "$bin/$b" ] || echo "$b"
+  done
+}
+
+if [ -z "$(missing)" ]; then
+  echo "$bin"
+  exit 0
+fi
+
+mkdir -p "$bin"
+exec 9>"$dir/.lock"
+if command -v flock >/dev/null; then
+  flock 9
+fi
+todo=$(missing) # again: another run may have built them while we waited for the lock
+if [ -z "$todo" ]; then
+  echo "$bin"
+  exit 0
+fi
+
+pkgs=()
+for b in $todo; do
+  pkgs+=("$(package_of "$b")")
+done
+
+# Without these stamps the binaries say v0.0.0-master and kubectl refuses the server's version.
+minor=${k8s_version#v*.}
+minor=${minor%%.*}
+major=${k8s_version#v}
+major=${major%%.*}
+ldflags="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+done
+
+tmp=$(mktemp -d "$dir/.build.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+echo "kube-binaries: building $(echo $todo) (kubernetes $k8s_version, etcd $etcd_version) into $bin" >&2
+start=$SECONDS
+(
+  cd "$tools"
+  GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
+)
+for b in $todo; do
+  out=$b
+  # go build names a binary after its package path without the major version suffix: .../server/v3 is "server".
+  [ "$b" = etcd ] && out=server
+  mv "$tmp/$out" "$bin/$b"
+done
+echo "kube-binaries: built in $((SECONDS - start)) s" >&2
+echo "$bin"
