@@ -19,6 +19,14 @@ tool (
 	k8s.io/kubernetes/cmd/kubelet
 )
 
+// The pins: the versions the binaries are built at, and the key of their cache. Bump them together with the
+// replace lines below (one per "=> ./staging" line of the new kubernetes go.mod), then run go mod tidy (which calls
+// them indirect: modules that only provide tools are).
+require (
+	go.etcd.io/etcd/server/v3 v3.6.8 // indirect
+	k8s.io/kubernetes v1.36.3 // indirect
+)
+
 require (
 	cel.dev/expr v0.25.1 // indirect
 	cyphar.com/go-pathrs v0.2.2 // indirect
@@ -129,7 +137,6 @@ require (
 	go.etcd.io/etcd/client/pkg/v3 v3.6.8 // indirect
 	go.etcd.io/etcd/client/v3 v3.6.8 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.6.8 // indirect
-	go.etcd.io/etcd/server/v3 v3.6.8 // indirect
 	go.etcd.io/raft/v3 v3.6.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/contrib/instrumentation/github.com/emicklei/go-restful/otelrestful v0.65.0 // indirect
@@ -192,7 +199,6 @@ require (
 	k8s.io/kube-scheduler v0.0.0 // indirect
 	k8s.io/kubectl v0.0.0 // indirect
 	k8s.io/kubelet v0.36.3 // indirect
-	k8s.io/kubernetes v1.36.3 // indirect
 	k8s.io/metrics v0.36.3 // indirect
 	k8s.io/mount-utils v0.0.0 // indirect
 	k8s.io/pod-security-admission v0.0.0 // indirect
