@@ -77,7 +77,7 @@ type APIServer struct {
 	// BinDir is where etcd, kube-apiserver and kubectl were found.
 	BinDir string
 	// Dir is the temporary directory holding everything: etcd's data, certificates, keys, logs. The cleanup
-	// removes it, except LogDir when the test failed.
+	// removes it, except LogDir when the test failed; what a killed test binary left, a later Start removes.
 	Dir string
 	// LogDir holds etcd.log and kube-apiserver.log: each process's stdout and stderr.
 	LogDir string
@@ -102,12 +102,16 @@ func Start(tb testing.TB) *APIServer {
 func StartWith(tb testing.TB, cfg Config) *APIServer {
 	tb.Helper()
 	bin := BinDirTB(tb, controlPlane...)
-	dir, err := os.MkdirTemp("", "kubetest-")
+	removeAbandoned()
+	dir, err := os.MkdirTemp("", dirPattern)
 	if err != nil {
 		tb.Fatalf("creating the API server's directory: %v", err)
 	}
 	s := &APIServer{BinDir: bin, Dir: dir, LogDir: filepath.Join(dir, "logs")}
 	tb.Cleanup(func() { s.cleanup(tb) })
+	if err := writeOwner(dir); err != nil {
+		tb.Fatalf("writing the API server directory's owner: %v", err)
+	}
 	began := time.Now()
 	if err := s.start(tb.Context(), cfg); err != nil {
 		tb.Fatalf("starting the API server: %v", err)
@@ -343,13 +347,26 @@ current-context: kubetest
 	return nil
 }
 
-// cleanup stops kube-apiserver then etcd, by PID, and removes Dir. When tb failed it keeps LogDir and prints the
-// end of each log with its path.
+// cleanup stops kube-apiserver then etcd, by PID, and removes Dir. When tb failed it keeps LogDir and says so; a
+// process that had died on its own is reported with the end of its log.
 func (s *APIServer) cleanup(tb testing.TB) {
+	var died []*process
 	for _, p := range []*process{s.apiServer, s.etcd} {
-		if p != nil {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.exited:
+			died = append(died, p)
+		default:
 			p.stop()
 		}
+	}
+	for _, p := range died {
+		if s.Kubeconfig == "" {
+			break // it died while starting, and Start's failure already quoted its log
+		}
+		tb.Errorf("%s had exited (%v) before the test ended; end of %s:\n%s", p.name, p.err, p.logPath, p.logTail(30))
 	}
 	if !tb.Failed() {
 		if err := os.RemoveAll(s.Dir); err != nil {
@@ -357,12 +374,8 @@ func (s *APIServer) cleanup(tb testing.TB) {
 		}
 		return
 	}
-	for _, p := range []*process{s.etcd, s.apiServer} {
-		if p != nil {
-			tb.Logf("end of %s (kept):\n%s", p.logPath, p.logTail(30))
-		}
-	}
-	entries, err := os.ReadDir(s.Dir)
+	tb.Logf("test failed: etcd's and kube-apiserver's logs are kept in %s", s.LogDir)
+	entries, err := os.ReadDir(s.Dir) // all but the logs go, the owner file too: kept logs are not abandoned
 	if err != nil {
 		tb.Logf("reading %s: %v", s.Dir, err)
 		return

@@ -38,7 +38,7 @@ func BinDir(names ...string) (string, error) {
 		if dir, err = cacheDir(); err != nil {
 			return "", err
 		}
-		from = "the cache of " + script
+		from = "cache"
 	}
 	var missing []string
 	for _, n := range names {
@@ -48,8 +48,12 @@ func BinDir(names ...string) (string, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return "", fmt.Errorf("no %s in %s (%s): build them with `%s`, or set $%s to a directory that has them",
-			strings.Join(missing, ", "), dir, from, BuildCommand(names...), EnvBinDir)
+		if from == "$"+EnvBinDir {
+			return "", fmt.Errorf("no %s in %s ($%s): set it to a directory that has them, or unset it and run `%s`",
+				strings.Join(missing, ", "), dir, EnvBinDir, BuildCommand(names...))
+		}
+		return "", fmt.Errorf("no %s in %s (the cache of %s): build them with `%s`, or set $%s to a directory that has them",
+			strings.Join(missing, ", "), dir, script, BuildCommand(names...), EnvBinDir)
 	}
 	return dir, nil
 }

@@ -14,6 +14,9 @@ import (
 // pollInterval is how often a readiness check is repeated while a process starts.
 const pollInterval = 100 * time.Millisecond
 
+// logTailLines is how much of a log a failure message quotes; the whole log stays on disk.
+const logTailLines = 20
+
 // errExited reports that a process ended while we waited for it to be ready.
 var errExited = errors.New("exited")
 
@@ -73,9 +76,11 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration, ready fu
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s %w (%v) before it was ready; its log is %s", p.name, errExited, p.err, p.logPath)
+			return fmt.Errorf("%s %w (%v) before it was ready; end of its log %s:\n%s",
+				p.name, errExited, p.err, p.logPath, p.logTail(logTailLines))
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready within %s (last check: %v); its log is %s", p.name, timeout, last, p.logPath)
+			return fmt.Errorf("%s not ready within %s (last check: %v); end of its log %s:\n%s",
+				p.name, timeout, last, p.logPath, p.logTail(logTailLines))
 		case <-tick.C:
 		}
 	}
