@@ -1,6 +1,6 @@
 // Package kubetest runs a real Kubernetes control plane for tests: etcd and kube-apiserver built from the versions
-// pinned in tools/go.mod by scripts/kube-binaries.sh (`make kube`), listening on 127.0.0.1 only, and kubectl against
-// it. It shells out to the binaries, so the project's own module never depends on Kubernetes' Go packages.
+// pinned in tools/go.mod by scripts/kube-binaries.sh (`make kube`), listening on 127.0.0.1 (unless Config says
+// otherwise), and kubectl against it. It shells out to the binaries, so the project's own module never depends on Kubernetes' Go packages.
 //
 // A test that needs the API server (for instance to have Kubernetes itself check a manifest's schema):
 //
@@ -51,8 +51,13 @@ const (
 type Config struct {
 	// ServiceClusterIPRange is --service-cluster-ip-range; empty means DefaultServiceClusterIPRange.
 	ServiceClusterIPRange string
+	// BindAddress is --bind-address: the one IP address kube-apiserver listens on, and URL's host; empty means
+	// 127.0.0.1. Its self-signed certificate covers it. A cluster whose pods call the API (through the kubernetes
+	// Service) sets it and AdvertiseAddress to an address of the node that pods reach.
+	BindAddress string
 	// AdvertiseAddress is --advertise-address (the address the kubernetes Service's endpoints name); empty means
-	// 127.0.0.1. kube-apiserver still binds only 127.0.0.1.
+	// BindAddress. A loopback address cannot be an endpoint, so the API server then keeps no endpoints for the
+	// kubernetes Service (--endpoint-reconciler-type=none).
 	AdvertiseAddress string
 	// ExtraArgs are appended to kube-apiserver's command line; for a flag given twice, the last value wins.
 	ExtraArgs []string
@@ -61,7 +66,7 @@ type Config struct {
 // APIServer is a running etcd and kube-apiserver, stopped by the cleanup of the test that started it. Its fields
 // are read-only.
 type APIServer struct {
-	// URL is the API server's base URL, https://127.0.0.1:<port>.
+	// URL is the API server's base URL, https://<Config.BindAddress, 127.0.0.1 by default>:<port>.
 	URL string
 	// Kubeconfig is the path of a kubeconfig for URL: the admin token, the server's certificate checked.
 	Kubeconfig string
@@ -85,7 +90,7 @@ type APIServer struct {
 	etcd, apiServer *process
 }
 
-// Start starts etcd and kube-apiserver on free ports of 127.0.0.1 with Config's zero value, waits until /readyz
+// Start starts etcd and kube-apiserver on free ports of 127.0.0.1 (Config's zero value), waits until /readyz
 // passes and writes a kubeconfig. See StartWith.
 func Start(tb testing.TB) *APIServer {
 	tb.Helper()
@@ -93,7 +98,7 @@ func Start(tb testing.TB) *APIServer {
 }
 
 // StartWith starts etcd (a temporary data directory) and kube-apiserver (a self-signed certificate, service account
-// keys made here, an admin token in system:masters, authorization Node,RBAC) on free ports of 127.0.0.1, waits until
+// keys made here, an admin token in system:masters, authorization Node,RBAC) on free ports, waits until
 // /readyz passes with the admin token, writes a kubeconfig, and creates the default service account of namespace
 // default (no controller runs to create it, and the API server refuses a pod without it). It registers a cleanup with tb that kills both by PID
 // and removes their files; a failed test keeps the logs and prints where they are and how they end.
@@ -144,18 +149,24 @@ func (s *APIServer) start(ctx context.Context, cfg Config) error {
 
 	certDir := filepath.Join(s.Dir, "certs")
 	s.CAFile = filepath.Join(certDir, "apiserver.crt") // kube-apiserver writes its certificate and its CA's there
-	advertise := cmp.Or(cfg.AdvertiseAddress, "127.0.0.1")
+	bind := cmp.Or(cfg.BindAddress, "127.0.0.1")
+	advertise := cmp.Or(cfg.AdvertiseAddress, bind)
 	serviceRange := cmp.Or(cfg.ServiceClusterIPRange, DefaultServiceClusterIPRange)
+	for _, a := range []string{bind, advertise} {
+		if ip := net.ParseIP(a); ip == nil || ip.IsUnspecified() {
+			return fmt.Errorf("%q is not one IP address (BindAddress %q, AdvertiseAddress %q)", a, cfg.BindAddress, cfg.AdvertiseAddress)
+		}
+	}
 	var reconcile []string
-	if cfg.AdvertiseAddress == "" {
+	if net.ParseIP(advertise).IsLoopback() {
 		// The kubernetes Service may not have a loopback endpoint: without this the API server logs that it
-		// cannot sync it, every few seconds. Nothing in a pod could reach 127.0.0.1 anyway.
+		// cannot sync it, every few seconds. Nothing in a pod could reach a loopback address anyway.
 		reconcile = []string{"--endpoint-reconciler-type=none"}
 	}
 	args := func(port int) []string {
 		return slices.Concat([]string{
 			"--etcd-servers=" + s.EtcdURL,
-			"--bind-address=127.0.0.1",
+			"--bind-address=" + bind,
 			"--secure-port=" + strconv.Itoa(port),
 			"--advertise-address=" + advertise,
 			"--cert-dir=" + certDir,
@@ -170,8 +181,8 @@ func (s *APIServer) start(ctx context.Context, cfg Config) error {
 			"--profiling=false",
 		}, reconcile, cfg.ExtraArgs)
 	}
-	p, err := startOnFreePorts(ctx, 1, func(ports []int) (*process, error) {
-		s.URL = "https://127.0.0.1:" + strconv.Itoa(ports[0])
+	p, err := startOnFreePorts(ctx, bind, 1, func(ports []int) (*process, error) {
+		s.URL = "https://" + net.JoinHostPort(bind, strconv.Itoa(ports[0]))
 		return startProcess("kube-apiserver", filepath.Join(s.LogDir, "kube-apiserver.log"),
 			filepath.Join(s.BinDir, "kube-apiserver"), args(ports[0])...)
 	}, apiServerReadyTimeout, s.readyz)
@@ -193,7 +204,7 @@ func (s *APIServer) startEtcd(ctx context.Context) error {
 		return err
 	}
 	name := "kubetest-" + suffix
-	p, err := startOnFreePorts(ctx, 2, func(ports []int) (*process, error) {
+	p, err := startOnFreePorts(ctx, "127.0.0.1", 2, func(ports []int) (*process, error) {
 		s.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 		data := filepath.Join(s.Dir, "etcd")
@@ -215,14 +226,14 @@ func (s *APIServer) startEtcd(ctx context.Context) error {
 	return err
 }
 
-// startOnFreePorts picks n free ports of 127.0.0.1, starts a process on them and waits until ready passes. When
+// startOnFreePorts picks n free ports of host, starts a process on them and waits until ready passes. When
 // the process exits because a port was taken in between (the log says "address already in use"), it tries again
 // with other ports, startAttempts times in all. It returns the last process started, if any, for the cleanup.
-func startOnFreePorts(ctx context.Context, n int, start func(ports []int) (*process, error),
+func startOnFreePorts(ctx context.Context, host string, n int, start func(ports []int) (*process, error),
 	timeout time.Duration, ready func(context.Context) error) (*process, error) {
 	var p *process
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(n)
+		ports, err := freePorts(host, n)
 		if err != nil {
 			return p, err
 		}
@@ -236,11 +247,11 @@ func startOnFreePorts(ctx context.Context, n int, start func(ports []int) (*proc
 	}
 }
 
-// freePorts returns n distinct ports of 127.0.0.1 that were free a moment ago.
-func freePorts(n int) ([]int, error) {
+// freePorts returns n distinct ports of the IP address host that were free a moment ago.
+func freePorts(host string, n int) ([]int, error) {
 	var ports []int
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("finding a free port: %w", err)
 		}

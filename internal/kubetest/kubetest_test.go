@@ -67,7 +67,7 @@ func TestStartOnFreePortsRetriesATakenPort(t *testing.T) {
 
 	t.Run("retried", func(t *testing.T) {
 		started = nil
-		p, err := startOnFreePorts(t.Context(), 2, start("serve"), time.Minute, func(ctx context.Context) error {
+		p, err := startOnFreePorts(t.Context(), "127.0.0.1", 2, start("serve"), time.Minute, func(ctx context.Context) error {
 			if len(started) == 1 {
 				return notYet(ctx) // the first one never becomes ready: it exits
 			}
@@ -83,14 +83,14 @@ func TestStartOnFreePortsRetriesATakenPort(t *testing.T) {
 	})
 	t.Run("gives up", func(t *testing.T) {
 		started = nil
-		_, err := startOnFreePorts(t.Context(), 1, start("always in use"), time.Minute, notYet)
+		_, err := startOnFreePorts(t.Context(), "127.0.0.1", 1, start("always in use"), time.Minute, notYet)
 		if !errors.Is(err, errExited) || len(started) != startAttempts {
 			t.Errorf("after %d attempts: %v; want %d attempts and an exit error", len(started), err, startAttempts)
 		}
 	})
 	t.Run("other exit", func(t *testing.T) {
 		started = nil
-		_, err := startOnFreePorts(t.Context(), 1, func([]int) (*process, error) {
+		_, err := startOnFreePorts(t.Context(), "127.0.0.1", 1, func([]int) (*process, error) {
 			started = append(started, nil)
 			return startProcess("fake", filepath.Join(dir, "other.log"), "/bin/sh", "-c", "echo 'Error: unknown flag'; exit 1")
 		}, time.Minute, notYet)

@@ -69,6 +69,22 @@ func TestHarness(t *testing.T) {
 	}
 }
 
+// TestBindAddress: Config moves the API server to another address (its certificate and kubeconfig with it) and
+// sets its Service range. 127.0.0.2 stands for the node address a full cluster would use: it is loopback too, so
+// the test never leaves the machine.
+func TestBindAddress(t *testing.T) {
+	api := kubetest.StartWith(t, kubetest.Config{BindAddress: "127.0.0.2", ServiceClusterIPRange: "10.97.0.0/24"})
+	if !strings.HasPrefix(api.URL, "https://127.0.0.2:") {
+		t.Errorf("URL = %s, want https://127.0.0.2:<port>", api.URL)
+	}
+	if got := api.Kubectl(t, "get", "--raw", "/readyz"); got != "ok" {
+		t.Errorf("GET /readyz through the kubeconfig = %q, want ok", got)
+	}
+	if got := api.Kubectl(t, "get", "service", "kubernetes", "-o", "jsonpath={.spec.clusterIP}"); got != "10.97.0.1" {
+		t.Errorf("kubernetes Service ClusterIP = %q, want 10.97.0.1 (the first of ServiceClusterIPRange)", got)
+	}
+}
+
 // TestPodSchema dry-runs a pod with every feature the injected manifests use, then variants that differ from it in
 // one line each and must be refused, by the API server, naming the field: so the server really checks the schema
 // of what we send, including fields it does not know (strict field validation).
