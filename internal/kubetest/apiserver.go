@@ -37,9 +37,9 @@ import (
 // only allocates ClusterIPs from it.
 const DefaultServiceClusterIPRange = "10.96.0.0/16"
 
-// Timeouts of a start. On an idle 2-core machine etcd answers in under a second and kube-apiserver's /readyz
-// passes in 4-5 s; with both cores busy compiling it has taken several times that. The bounds are for a wedged
-// process, not a slow one.
+// Timeouts of a start. On the project's 2-core machine etcd answers within a second and kube-apiserver's /readyz
+// passed 3.7-7.8 s after the start, idle or with a load average of 12. The bounds are for a wedged process, not a
+// slow one.
 const (
 	etcdReadyTimeout      = time.Minute
 	apiServerReadyTimeout = 3 * time.Minute
@@ -98,12 +98,13 @@ func Start(tb testing.TB) *APIServer {
 }
 
 // StartWith starts etcd (a temporary data directory) and kube-apiserver (a self-signed certificate, service account
-// keys made here, an admin token in system:masters, authorization Node,RBAC) on free ports, waits until
-// /readyz passes with the admin token, writes a kubeconfig, and creates the default service account of namespace
-// default (no controller runs to create it, and the API server refuses a pod without it). It registers a cleanup with tb that kills both by PID
-// and removes their files; a failed test keeps the logs and prints where they are and how they end.
+// keys made here, an admin token in system:masters, authorization Node,RBAC) on free ports, waits until /readyz
+// passes with the admin token, writes a kubeconfig, and creates the default service account of namespace default
+// (no controller runs to create it, and the API server refuses a pod without it). It registers a cleanup with tb
+// that kills both by PID and removes their files; a failed test keeps the logs and says where they are.
 //
-// It fails tb if either does not start (the message names the log); without the binaries see BinDirTB.
+// It fails tb if either does not start, quoting the end of the log of the one that failed and naming the file;
+// without the binaries see BinDirTB.
 func StartWith(tb testing.TB, cfg Config) *APIServer {
 	tb.Helper()
 	bin := BinDirTB(tb, controlPlane...)
@@ -126,6 +127,13 @@ func StartWith(tb testing.TB, cfg Config) *APIServer {
 }
 
 func (s *APIServer) start(ctx context.Context, cfg Config) error {
+	bind := cmp.Or(cfg.BindAddress, "127.0.0.1")
+	advertise := cmp.Or(cfg.AdvertiseAddress, bind)
+	for _, a := range []string{bind, advertise} {
+		if ip := net.ParseIP(a); ip == nil || ip.IsUnspecified() {
+			return fmt.Errorf("%q is not one IP address (BindAddress %q, AdvertiseAddress %q)", a, cfg.BindAddress, cfg.AdvertiseAddress)
+		}
+	}
 	if err := os.Mkdir(s.LogDir, 0o755); err != nil {
 		return fmt.Errorf("creating the log directory: %w", err)
 	}
@@ -149,14 +157,7 @@ func (s *APIServer) start(ctx context.Context, cfg Config) error {
 
 	certDir := filepath.Join(s.Dir, "certs")
 	s.CAFile = filepath.Join(certDir, "apiserver.crt") // kube-apiserver writes its certificate and its CA's there
-	bind := cmp.Or(cfg.BindAddress, "127.0.0.1")
-	advertise := cmp.Or(cfg.AdvertiseAddress, bind)
 	serviceRange := cmp.Or(cfg.ServiceClusterIPRange, DefaultServiceClusterIPRange)
-	for _, a := range []string{bind, advertise} {
-		if ip := net.ParseIP(a); ip == nil || ip.IsUnspecified() {
-			return fmt.Errorf("%q is not one IP address (BindAddress %q, AdvertiseAddress %q)", a, cfg.BindAddress, cfg.AdvertiseAddress)
-		}
-	}
 	var reconcile []string
 	if net.ParseIP(advertise).IsLoopback() {
 		// The kubernetes Service may not have a loopback endpoint: without this the API server logs that it
