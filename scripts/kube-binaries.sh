@@ -19,7 +19,7 @@ set -euo pipefail
 # Everything is in main, which bash parses whole before running it: a checkout that changes this file during a
 # build does not change what the running build does.
 main() {
-  local root tools binaries k8s_version etcd_version cache dir bin todo b major minor ldflags p tmp start out
+  local root tools binaries k8s_version etcd_version cache dir bin todo b major minor ldflags p start out
   root=$(cd "$(dirname "$0")/.." && pwd)
   tools=$root/tools
   binaries=${KUBE_BINARIES:-etcd kube-apiserver kubectl}
@@ -70,8 +70,9 @@ main() {
     ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
   done
 
-  tmp=$(mktemp -d "$dir/.build.XXXXXX")
+  tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned
   trap 'rm -rf "$tmp"' EXIT
+  trap 'exit 130' INT TERM # so that the EXIT trap runs on these too
   echo "kube-binaries: building" $todo "(kubernetes $k8s_version, etcd $etcd_version) into $bin" >&2
   start=$SECONDS
   (
