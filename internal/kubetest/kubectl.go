@@ -12,8 +12,9 @@ import (
 	"time"
 )
 
-// kubectlTimeout bounds one kubectl run of Kubectl and ApplyDryRun: a request to a local API server takes well under
-// a second; the bound only turns a hang into a failure.
+// kubectlTimeout bounds one kubectl run of Kubectl, ApplyDryRun and CreateNamespacesOf: a request to a local API
+// server takes well under a second; the bound only turns a hang into a failure. They do not use tb.Context(), which
+// ends before cleanups run: a cleanup registered after Start runs while the API server still does, and may call them.
 const kubectlTimeout = 2 * time.Minute
 
 // Command returns a kubectl command with args against s: its kubeconfig, and a discovery cache of its own (so that a
@@ -30,7 +31,7 @@ func (s *APIServer) Command(ctx context.Context, args ...string) *exec.Cmd {
 // kubectl fails or runs longer than two minutes.
 func (s *APIServer) Kubectl(tb testing.TB, args ...string) string {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(tb.Context(), kubectlTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
 	out, err := s.run(ctx, args...)
 	if err != nil {
@@ -54,7 +55,7 @@ func (s *APIServer) DryRun(ctx context.Context, files ...string) (string, error)
 // ApplyDryRun is DryRun that fails tb when the API server refuses an object; it returns kubectl's output.
 func (s *APIServer) ApplyDryRun(tb testing.TB, files ...string) string {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(tb.Context(), kubectlTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
 	out, err := s.DryRun(ctx, files...)
 	if err != nil {
@@ -85,7 +86,7 @@ func (s *APIServer) CreateNamespacesOf(tb testing.TB, files ...string) []string 
 		}
 	}
 	slices.Sort(names)
-	ctx, cancel := context.WithTimeout(tb.Context(), kubectlTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), kubectlTimeout)
 	defer cancel()
 	for _, n := range names {
 		if err := s.createNamespace(ctx, n); err != nil {

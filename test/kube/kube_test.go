@@ -42,6 +42,7 @@ func TestHarness(t *testing.T) {
 		}
 
 		api.Kubectl(t, "create", "configmap", "stored", "--from-literal=key=value")
+		t.Cleanup(func() { api.Kubectl(t, "delete", "configmap", "stored") }) // a cleanup may still use the server
 		if got := api.Kubectl(t, "get", "configmap", "stored", "-o", "jsonpath={.data.key}"); got != "value" {
 			t.Errorf("configmap read back = %q, want %q", got, "value")
 		}
