@@ -55,7 +55,7 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	engineCtx, stopEngine := context.WithCancel(ctx)
 	defer stopEngine()
 	go func() { _ = engine.Run(engineCtx) }()
-	d, err := engine.Trigger(ctx)
+	d, err := engine.Trigger(ctx, drain.Caller{Method: "command drain"})
 	if err != nil {
 		return fmt.Errorf("starting the drain: %w", err)
 	}

@@ -72,6 +72,10 @@ type Status struct {
 	EnvoyState string       `json:"envoy_state,omitempty"`
 	LastError  string       `json:"last_error,omitempty"`
 	Polls      int          `json:"polls"`
+	// Who started this drain, how many triggers joined it since, and a resume after it (see Engine.Resume).
+	TriggeredBy *Caller  `json:"triggered_by,omitempty"`
+	Joined      int64    `json:"joined"`
+	Resumed     *Resumed `json:"resumed,omitempty"`
 }
 
 // drain is one drain, written as the plain sequence it is. It owns its Status until it returns.
@@ -89,7 +93,11 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started)}
 		if parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
 			r.Outcome = OutcomeCanceled
-			format = "canceled: " + format
+			if cause := context.Cause(parent); errors.Is(cause, ErrCanceledByResume) {
+				format, args = "%s after %s with %s", []any{cause, since(d.started), openText(st.Open)}
+			} else {
+				format = "canceled: " + format
+			}
 		}
 		r.Reason = fmt.Sprintf(format, args...)
 		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
