@@ -52,6 +52,9 @@ func (f *apiFlags) config() (apiConfig, error) {
 	if f.maxWaiters <= 0 {
 		return c, usagef("--max-waiters must be positive")
 	}
+	if f.maxWaiters > 1<<20 {
+		return c, usagef("--max-waiters must be at most 1048576")
+	}
 	c.maxWaiters = f.maxWaiters
 	if f.tokenFile != "" {
 		token, err := readToken(f.tokenFile)

@@ -30,7 +30,7 @@ type drainFlags struct {
 }
 
 func (f *drainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.admin, "admin-address", "http://127.0.0.1:9901", "Envoy's admin API: http://IP:PORT or unix:///path/admin.sock (an IP, not a name: localhost may resolve to ::1)")
+	fs.StringVar(&f.admin, "admin-address", "http://127.0.0.1:9901", "Envoy's admin API: http://IP:PORT, IP:PORT (no scheme means http) or unix:///path/admin.sock (an IP, not a name: localhost may resolve to ::1)")
 	fs.DurationVar(&f.adminTimeout, "admin-timeout", time.Second, "timeout of each admin API request")
 	fs.DurationVar(&f.delay, "drain-delay", 0, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
 	fs.DurationVar(&f.minDuration, "min-drain-duration", 5*time.Second, "after failing health checks, keep accepting at least this long before releasing")

@@ -50,6 +50,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if acfg.metrics != nil && *acfg.metrics == la {
+		return usagef("--metrics-listen must differ from --listen")
+	}
 	log, closeLog, err := lf.logger(stdout, stderr)
 	if err != nil {
 		return err
