@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -50,7 +51,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	if acfg.metrics != nil && *acfg.metrics == la {
+	if acfg.metrics != nil && *acfg.metrics == la && !strings.HasSuffix(la.addr, ":0") { // port 0: two ports chosen
 		return usagef("--metrics-listen must differ from --listen")
 	}
 	log, closeLog, err := lf.logger(stdout, stderr)
