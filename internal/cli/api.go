@@ -25,12 +25,14 @@ type apiFlags struct {
 	metricsListen string
 	tokenFile     string
 	maxWaiters    int
+	maxConns      int
 }
 
 func (f *apiFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsListen, "metrics-listen", "", "serve /metrics on this address of its own instead of the API's ([IP]:PORT or unix:///path), so a NetworkPolicy can close the control port and keep scraping (default: /metrics on the API's address)")
 	fs.StringVar(&f.tokenFile, "token-file", "", "file holding a shared secret: /shutdown and /resume then require the header \"Authorization: Bearer <secret>\" (401 without it); surrounding whitespace is ignored")
-	fs.IntVar(&f.maxWaiters, "max-waiters", server.DefaultMaxWaiters, "most /shutdown callers waiting at once; the next ones get 429 at once (each costs about 20 kB)")
+	fs.IntVar(&f.maxWaiters, "max-waiters", server.DefaultMaxWaiters, "most /shutdown callers waiting at once; the next ones get 429 at once (each costs about 21 kB)")
+	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections, "most connections the API (and the metrics listener) keeps open at once; more clients wait in the kernel's accept queue (each open connection costs about 21 kB); must be larger than --max-waiters")
 }
 
 // apiConfig is the API's validated configuration.
@@ -38,6 +40,7 @@ type apiConfig struct {
 	metrics    *listenAddress // nil: /metrics on the API's listener
 	token      string
 	maxWaiters int
+	maxConns   int
 }
 
 func (f *apiFlags) config() (apiConfig, error) {
@@ -56,6 +59,10 @@ func (f *apiFlags) config() (apiConfig, error) {
 		return c, usagef("--max-waiters must be at most 1048576")
 	}
 	c.maxWaiters = f.maxWaiters
+	if f.maxConns <= f.maxWaiters {
+		return c, usagef("--max-connections (%d) must be larger than --max-waiters (%d): probes and /status need connections too", f.maxConns, f.maxWaiters)
+	}
+	c.maxConns = f.maxConns
 	if f.tokenFile != "" {
 		token, err := readToken(f.tokenFile)
 		if err != nil {
@@ -217,6 +224,7 @@ func startAPI(la listenAddress, cfg apiConfig, s *stack, log *slog.Logger) (apiS
 			stop()
 			return apiServers{}, fmt.Errorf("listening on %s: %w", h.la, err)
 		}
+		ln = server.LimitListener(ln, cfg.maxConns)
 		srv := server.NewHTTPServer(h.h)
 		servers = append(servers, srv)
 		go func() {

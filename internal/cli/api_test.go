@@ -49,6 +49,7 @@ func TestAddressUsageErrors(t *testing.T) {
 		{"serve", "--metrics-listen", "localhost:9090"},
 		{"serve", "--listen", "127.0.0.1:8090", "--metrics-listen", "127.0.0.1:8090"},
 		{"serve", "--max-waiters", "0"},
+		{"serve", "--max-waiters", "100", "--max-connections", "100"},
 		{"serve", "--token-file", "/nonexistent/token"},
 		{"run", "--listen", ":99999", "--", "true"},
 		{"run", "--metrics-listen", "127.0.0.1:9090", "--", "true"},

@@ -29,8 +29,8 @@ type Engine interface {
 }
 
 // DefaultMaxWaiters is the default cap on /shutdown callers waiting at once. Kubelet sends one request per
-// preStop hook, so a pod needs a handful; each waiter costs about 20 kB of memory (measured: see the
-// README), so 128 of them stay within a few MB.
+// preStop hook, so a pod needs a handful; each waiter costs about 21 kB of memory (measured with
+// bench/waitercost: 128 waiters 16 MB RSS, 5,000 waiters 115 MB), so 128 of them stay within 4 MB.
 const DefaultMaxWaiters = 128
 
 // Options configure the API.

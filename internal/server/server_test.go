@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -363,5 +364,51 @@ func TestMetricsElsewhere(t *testing.T) {
 	}
 	if code, body := get(t, metrics.URL+"/metrics"); code != 200 || !strings.Contains(body, "shutdown_manager_shutdown_waiters 0") {
 		t.Errorf("metrics listener /metrics = %d, want 200 with the API's metrics", code)
+	}
+}
+
+// LimitListener keeps at most n connections open: the next one is accepted only when one closes.
+func TestLimitListener(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := LimitListener(inner, 2)
+	defer ln.Close()
+	accepted := make(chan net.Conn, 3)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var clients []net.Conn
+	for range 3 {
+		c, err := net.Dial("tcp", inner.Addr().String()) // the kernel completes the handshake: queued
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, c)
+	}
+	first, second := <-accepted, <-accepted
+	select {
+	case <-accepted:
+		t.Fatal("a third connection was accepted while two were open")
+	case <-time.After(100 * time.Millisecond): // proving an absence: no event to wait for
+	}
+	first.Close()
+	third := <-accepted
+	if third == nil {
+		t.Fatal("listener closed")
+	}
+	second.Close()
+	third.Close()
+	ln.Close()
+	for range accepted {
 	}
 }
