@@ -13,9 +13,15 @@ type Caller struct {
 // maxUserAgent bounds the user agent kept per caller: it is logged and shown, and it is the client's text.
 const maxUserAgent = 200
 
-// Attrs returns the caller as slog key/values.
+// Attrs returns the caller as slog key/values, leaving out what is unknown (a signal has no address).
 func (c Caller) Attrs() []any {
-	return []any{"remote", c.Remote, "method", c.Method, "user_agent", c.UserAgent}
+	var a []any
+	for _, kv := range [][2]string{{"remote", c.Remote}, {"method", c.Method}, {"user_agent", c.UserAgent}} {
+		if kv[1] != "" {
+			a = append(a, kv[0], kv[1])
+		}
+	}
+	return a
 }
 
 // NewHTTPCaller names an HTTP client.

@@ -127,6 +127,8 @@ func (a *api) refuse(w http.ResponseWriter, by drain.Caller, path string, code i
 	if code == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="shutdown-manager"`)
 	}
+	// A refused client gives its connection slot (--max-connections) back at once, not after the idle timeout.
+	w.Header().Set("Connection", "close")
 	http.Error(w, text, code)
 }
 
