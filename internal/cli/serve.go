@@ -105,8 +105,8 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
 	next := engine.NextStart()
 	d := engine.Running()
-	if d == nil && engine.Status().Phase == drain.PhaseReleased {
-		return // this pod's drain is over: no trigger is on its way
+	if st := engine.Status(); d == nil && st.Phase == drain.PhaseReleased && st.Resumed == nil {
+		return // this pod's drain is over (and was not undone by a resume): no trigger is on its way
 	}
 	if d == nil {
 		timer := time.NewTimer(wait)

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -435,4 +436,35 @@ func TestListenAddressUsageError(t *testing.T) {
 			t.Errorf("%v: exit %d, output %q; want exit 2 and one plain line", args, code, out)
 		}
 	}
+}
+
+// After a resume the pod is live again: serve's SIGTERM must wait --trigger-wait for kubelet's /shutdown,
+// as before any drain, rather than exit at once because a drain once finished.
+func TestSIGTERMAfterResumeWaitsForTrigger(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		p, a := serve(t, e, fast("--min-drain-duration", "0s", "--trigger-wait", "10s")...)
+		if code, body, err := a.get(ctx, "/shutdown"); err != nil || code != 200 {
+			t.Fatalf("/shutdown = %d %q %v", code, body, err)
+		}
+		if code, body, err := a.do(ctx, http.MethodPost, "/resume", nil); err != nil || code != 200 {
+			t.Fatalf("/resume = %d %q %v", code, body, err)
+		}
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		p.waitLog(t, "signal received; exiting once any drain has released", 5*time.Second)
+		code, body, err := a.get(ctx, "/shutdown")
+		if err != nil || code != http.StatusOK || !strings.HasPrefix(body, "drained") {
+			t.Fatalf("/shutdown after resume and SIGTERM = %d %q %v, want 200 drained", code, body, err)
+		}
+		if st := envoyState(t, e); st != "DRAINING" {
+			t.Errorf("envoy %s, want DRAINING", st)
+		}
+		if code := p.wait(t, 10*time.Second); code != 0 {
+			t.Errorf("exit code %d, want 0", code)
+		}
+	})
 }
