@@ -468,3 +468,24 @@ func TestSIGTERMAfterResumeWaitsForTrigger(t *testing.T) {
 		}
 	})
 }
+
+// drain --via over TCP with the sidecar's token: the hook is let in and joins (no fallback).
+func TestDrainViaWithToken(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		tokenFile := filepath.Join(shortTempDir(t), "token")
+		if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		sidecar, _ := serve(t, e, fast("--token-file", tokenFile)...)
+		addr := "http://" + sidecar.waitLog(t, "serving", time.Second).str("listen")
+		hook := start(t, append([]string{"drain", "--via", addr, "--token-file", tokenFile, "--admin-address", e.AdminURL}, fast()...)...)
+		hook.waitLog(t, "sidecar drained", 30*time.Second)
+		if code := hook.wait(t, 5*time.Second); code != 0 {
+			t.Errorf("hook exit code %d, want 0", code)
+		}
+		if st := envoyState(t, e); st != "DRAINING" {
+			t.Errorf("envoy %s, want DRAINING", st)
+		}
+	})
+}
