@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -165,4 +166,37 @@ func TestReadToken(t *testing.T) {
 			t.Errorf("%s: %q, %v; want %q", filepath.Base(tt.path), got, err, tt.want)
 		}
 	}
+}
+
+// FuzzParseListen: never panics, and what it accepts is a unix path or an IP-literal (or empty) host with a
+// port from 0 to 65535, which net.Listen takes without a DNS lookup.
+func FuzzParseListen(f *testing.F) {
+	for _, s := range []string{":8090", "127.0.0.1:0", "[::1]:1", "unix:///a.sock", ":99999", "999.1.1.1:1", "localhost:80", "[fe80::1%eth0]:80", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		la, err := parseListen(s)
+		if err != nil {
+			return
+		}
+		switch la.network {
+		case "unix":
+			if !strings.HasPrefix(la.addr, "/") {
+				t.Errorf("%q: unix path %q not absolute", s, la.addr)
+			}
+		case "tcp":
+			host, port, err := net.SplitHostPort(la.addr)
+			if err != nil {
+				t.Fatalf("%q accepted but not host:port: %v", s, err)
+			}
+			if host != "" && net.ParseIP(strings.Split(host, "%")[0]) == nil {
+				t.Errorf("%q: host %q is not an IP literal", s, host)
+			}
+			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
+				t.Errorf("%q: port %q out of range", s, port)
+			}
+		default:
+			t.Errorf("%q: network %q", s, la.network)
+		}
+	})
 }

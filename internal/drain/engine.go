@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -170,6 +171,7 @@ func (e *Engine) Run(ctx context.Context) error {
 		checking bool
 		cached   stateCheck
 		checked  = make(chan stateCheck, 1)
+		resumes  sync.WaitGroup
 	)
 	fresh := func() bool {
 		return !cached.at.IsZero() && time.Since(cached.at) < stateCacheTTL && cached.gen == e.resumeGen.Load()
@@ -180,6 +182,7 @@ func (e *Engine) Run(ctx context.Context) error {
 			if checking {
 				<-checked
 			}
+			resumes.Wait()
 			if last != nil {
 				<-last.done
 			}
@@ -232,7 +235,7 @@ func (e *Engine) Run(ctx context.Context) error {
 				canceled = last
 				last.cancel(ErrCanceledByResume)
 			}
-			go e.resume(ctx, req, canceled)
+			resumes.Go(func() { e.resume(ctx, req, canceled) })
 		}
 	}
 }
