@@ -47,6 +47,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return ExitOK
 	}
+	if args[0] == "--version" || args[0] == "-v" {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
@@ -77,7 +80,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 func usage(w io.Writer) {
 	fmt.Fprintln(w, "shutdown-manager: lose no request when a pod running Envoy terminates.")
-	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS] (run: shutdown-manager run [FLAGS] -- ENVOY_COMMAND…)\n\nCommands:")
+	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS] (run: shutdown-manager run [FLAGS] -- ENVOY_COMMAND…)\n       shutdown-manager --version\n\nCommands:")
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
 	}
@@ -99,15 +102,18 @@ func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) 
 // errReported is a failure already told to the user (logged); Run adds nothing and exits 1.
 var errReported = errors.New("failure reported")
 
+// synopsis is what follows "shutdown-manager COMMAND" in a command's usage line, when not just [FLAGS].
+var synopsis = map[string]string{
+	"run": "[FLAGS] -- ENVOY_COMMAND [ARGS…]",
+}
+
 // parse parses args with fs, printing help (to stdout) only when asked for, and turning every other
 // problem into a one-line usage error.
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, "Usage: shutdown-manager %s [FLAGS]\n\nFlags:\n", fs.Name())
-		fs.PrintDefaults()
+		printHelp(fs, stdout)
 		return err
 	}
 	if err != nil {
@@ -117,6 +123,32 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 		return usagef("unexpected argument %q", strings.Join(fs.Args(), " "))
 	}
 	return nil
+}
+
+// printHelp writes a command's usage line and its flags, spelled --flag as the README and the errors
+// spell them (the flag package accepts one dash or two).
+func printHelp(fs *flag.FlagSet, w io.Writer) {
+	syn := synopsis[fs.Name()]
+	if syn == "" {
+		syn = "[FLAGS]"
+	}
+	fmt.Fprintf(w, "Usage: shutdown-manager %s %s\n\nFlags:\n", fs.Name(), syn)
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if kind != "" {
+			line += " " + kind
+		}
+		fmt.Fprintf(w, "%s\n    \t%s", line, strings.ReplaceAll(usage, "\n", "\n    \t"))
+		if f.DefValue != "" && f.DefValue != "0" && f.DefValue != "false" && f.DefValue != "0s" {
+			if kind == "string" {
+				fmt.Fprintf(w, " (default %q)", f.DefValue)
+			} else {
+				fmt.Fprintf(w, " (default %s)", f.DefValue)
+			}
+		}
+		fmt.Fprintln(w)
+	})
 }
 
 func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {

@@ -13,7 +13,11 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
 )
 
 // runDrain drains Envoy once and exits: 0 drained (or Envoy already gone), 1 timed out or failed.
@@ -64,8 +68,19 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	defer closeLog()
 
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// SIGINT or SIGTERM stop the wait; the drain's reason names the signal.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case sig := <-sigs:
+			cancel(signalCause(sig))
+		case <-ctx.Done():
+		}
+	}()
 	by := drain.Caller{Method: "command drain"}
 	if sidecar != nil {
 		if *tokenFile != "" {
@@ -82,13 +97,16 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		by.Method = "command drain (sidecar fallback)"
 	}
+	if !isFlagSet(fs, "admin-address") { // only now: with a sidecar that answers, Envoy's admin is not ours to find
+		addr = adminOfRunningEnvoy(addr, log)
+	}
 	metrics := drain.NewMetrics(nil)
 	engine, err := drain.New(cfg, df.client(addr, metrics), log, metrics)
 	if err != nil {
 		return usageError{err}
 	}
-	engineCtx, stopEngine := context.WithCancel(ctx)
-	defer stopEngine()
+	engineCtx, stopEngine := context.WithCancelCause(ctx)
+	defer stopEngine(nil)
 	go func() { _ = engine.Run(engineCtx) }()
 	d, err := engine.Trigger(ctx, by)
 	if err != nil {
@@ -105,7 +123,7 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	select {
 	case <-d.Done():
 	default:
-		stopEngine()
+		stopEngine(context.Cause(ctx))
 		<-d.Done()
 	}
 	res := d.Result()
@@ -186,6 +204,33 @@ func showUntilDone(ctx context.Context, engine *drain.Engine, d *drain.Drain, w 
 		case <-tick.C:
 		}
 	}
+}
+
+// adminOfRunningEnvoy finds Envoy's admin address from its process (its command line and bootstrap) when
+// --admin-address is not given: inside Envoy's container an exec hook sees Envoy's process. Otherwise, or
+// when the bootstrap names no fixed address, it keeps def, the default. It logs what it chose and why.
+func adminOfRunningEnvoy(def envoyadmin.Address, log *slog.Logger) envoyadmin.Address {
+	p, err := envoyproc.Find("/proc")
+	if err != nil {
+		log.Info("admin address: envoy's process not found; using the default", "admin_address", def.String(), "reason", err.Error())
+		return def
+	}
+	addr, err := adminFromCommandLine(p.Args, p.ReadFile)
+	if err != nil {
+		log.Info("admin address: not found from envoy's command line; using the default", "admin_address", def.String(),
+			"envoy_pid", p.PID, "reason", err.Error())
+		return def
+	}
+	log.Info("admin address: read from envoy's bootstrap", "admin_address", addr.String(), "envoy_pid", p.PID)
+	return addr
+}
+
+// signalCause is the cause a signal cancels a context with: "SIGTERM".
+func signalCause(sig os.Signal) error {
+	if s, ok := sig.(syscall.Signal); ok {
+		return errors.New(unix.SignalName(s))
+	}
+	return errors.New(sig.String())
 }
 
 func wantProgress(mode string, stderr io.Writer) (bool, error) {

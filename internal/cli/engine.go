@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"log/slog"
+	"runtime"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -17,12 +18,12 @@ type stack struct {
 	admin  *envoyadmin.Client
 	reg    *prometheus.Registry
 	engine *drain.Engine
-	stop   func() // cancels the engine (a running drain ends "canceled") and waits for it
+	stop   func(cause error) // cancels the engine (a running drain ends "canceled by <cause>") and waits for it
 }
 
 func newStack(df *drainFlags, cfg drain.Config, addr envoyadmin.Address, log *slog.Logger) (*stack, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
 	metrics := drain.NewMetrics(reg)
 	admin := df.client(addr, metrics)
 	engine, err := drain.New(cfg, admin, log, metrics)
@@ -30,11 +31,22 @@ func newStack(df *drainFlags, cfg drain.Config, addr envoyadmin.Address, log *sl
 		return nil, usageError{err}
 	}
 	// The engine does not stop with the caller's context: a signal must not cancel a drain in progress.
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = engine.Run(ctx)
 	}()
-	return &stack{admin: admin, reg: reg, engine: engine, stop: func() { cancel(); <-done }}, nil
+	return &stack{admin: admin, reg: reg, engine: engine, stop: func(cause error) { cancel(cause); <-done }}, nil
+}
+
+// buildInfo is shutdown_manager_build_info{version, goversion} 1: which build is running, for dashboards.
+func buildInfo() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "shutdown_manager_build_info",
+		Help:        "Always 1; the labels say which build of shutdown-manager is running.",
+		ConstLabels: prometheus.Labels{"version": Version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
 }

@@ -12,53 +12,79 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
 )
 
-// drainFlags are the flags every front end of the drain engine shares (serve, drain, run).
-type drainFlags struct {
+// countFlags say where Envoy's admin API is and what counts as work in flight: all that `status` needs.
+type countFlags struct {
 	admin        string
 	adminTimeout time.Duration
-	delay        time.Duration
-	minDuration  time.Duration
-	timeout      time.Duration
-	interval     time.Duration
-	threshold    int64
 	count        string
 	include      regexpList
 	exclude      regexpList
-	listeners    string
 }
 
-func (f *drainFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.admin, "admin-address", "http://127.0.0.1:9901", "Envoy's admin API: http://IP:PORT, IP:PORT (no scheme means http) or unix:///path/admin.sock (an IP, not a name: localhost may resolve to ::1)")
+func (f *countFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.admin, "admin-address", defaultAdmin, "Envoy's admin API: http://IP:PORT, IP:PORT (the same: plain HTTP) or unix:///path/admin.sock; an IP, not a name (localhost may resolve to ::1)")
 	fs.DurationVar(&f.adminTimeout, "admin-timeout", time.Second, "timeout of each admin API request")
-	fs.DurationVar(&f.delay, "drain-delay", 0, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
-	fs.DurationVar(&f.minDuration, "min-drain-duration", 5*time.Second, "after failing health checks, keep accepting at least this long before releasing")
-	fs.DurationVar(&f.timeout, "drain-timeout", 60*time.Second, "release at the latest this long after the trigger, whatever is still in flight")
-	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration, at least 25ms apart)")
-	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.count, "count", string(drain.ModeInflight), "what counts as work in flight: inflight (HTTP requests + non-HTTP connections), connections (every downstream connection), requests (HTTP requests)")
 	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only matching ones count (repeatable)")
 	fs.Var(&f.exclude, "listener-exclude", "regular expression on stat scopes (listener.<addr>, http.<prefix>): matching ones do not count (repeatable)")
+}
+
+const defaultAdmin = "http://127.0.0.1:9901"
+
+// config validates the counting flags.
+func (f *countFlags) config() (drain.Mode, drain.Selector, envoyadmin.Address, error) {
+	addr, err := envoyadmin.ParseAddress(f.admin)
+	if err != nil {
+		return "", drain.Selector{}, envoyadmin.Address{}, usagef("--admin-address: %v", err)
+	}
+	if f.adminTimeout <= 0 {
+		return "", drain.Selector{}, envoyadmin.Address{}, usagef("--admin-timeout must be positive")
+	}
+	mode, err := drain.ParseMode(f.count)
+	if err != nil {
+		return "", drain.Selector{}, envoyadmin.Address{}, usagef("--count: %v", err)
+	}
+	return mode, drain.Selector{Include: f.include, Exclude: f.exclude}, addr, nil
+}
+
+// drainFlags are the flags every front end of the drain engine shares (serve, drain, run).
+type drainFlags struct {
+	countFlags
+	delay       time.Duration
+	minDuration time.Duration
+	timeout     time.Duration
+	interval    time.Duration
+	threshold   int64
+	listeners   string
+	goneAfter   time.Duration
+}
+
+func (f *drainFlags) register(fs *flag.FlagSet) {
+	f.countFlags.register(fs)
+	fs.DurationVar(&f.delay, "drain-delay", 0, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
+	fs.DurationVar(&f.minDuration, "min-drain-duration", 5*time.Second, "after failing health checks, keep accepting at least this long before releasing")
+	fs.DurationVar(&f.timeout, "drain-timeout", 60*time.Second, "release at the latest this long after the trigger, whatever is still in flight")
+	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
+	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.listeners, "drain-listeners", string(drain.ListenerDrainNone), "also start Envoy's graceful listener drain after failing health checks: none, inbound, all (for listeners with drain_type MODIFY_ONLY)")
+	fs.DurationVar(&f.goneAfter, "envoy-gone-after", drain.DefaultGoneAfter, "if Envoy's admin API refuses every connection (or its socket is missing) this long, Envoy is gone: release at once (outcome envoy_gone, exit 0)")
 }
 
 // config validates the flags into the engine's Config and the admin address.
 func (f *drainFlags) config() (drain.Config, envoyadmin.Address, error) {
-	addr, err := envoyadmin.ParseAddress(f.admin)
+	mode, sel, addr, err := f.countFlags.config()
 	if err != nil {
-		return drain.Config{}, envoyadmin.Address{}, usagef("--admin-address: %v", err)
-	}
-	if f.adminTimeout <= 0 {
-		return drain.Config{}, envoyadmin.Address{}, usagef("--admin-timeout must be positive")
-	}
-	mode, err := drain.ParseMode(f.count)
-	if err != nil {
-		return drain.Config{}, envoyadmin.Address{}, usagef("--count: %v", err)
+		return drain.Config{}, envoyadmin.Address{}, err
 	}
 	ld, err := drain.ParseListenerDrain(f.listeners)
 	if err != nil {
 		return drain.Config{}, envoyadmin.Address{}, usagef("--drain-listeners: %v", err)
+	}
+	if f.goneAfter <= 0 {
+		return drain.Config{}, envoyadmin.Address{}, usagef("--envoy-gone-after must be positive")
 	}
 	cfg := drain.Config{
 		Delay:         f.delay,
@@ -67,14 +93,12 @@ func (f *drainFlags) config() (drain.Config, envoyadmin.Address, error) {
 		Interval:      f.interval,
 		Threshold:     f.threshold,
 		Mode:          mode,
-		Selector:      drain.Selector{Include: f.include, Exclude: f.exclude},
+		Selector:      sel,
 		ListenerDrain: ld,
+		GoneAfter:     f.goneAfter,
 	}
 	if err := cfg.Validate(); err != nil {
 		return drain.Config{}, envoyadmin.Address{}, usageError{err}
-	}
-	if f.delay+f.minDuration >= f.timeout {
-		return drain.Config{}, envoyadmin.Address{}, usagef("--drain-timeout (%s) must be longer than --drain-delay plus --min-drain-duration (%s)", f.timeout, f.delay+f.minDuration)
 	}
 	return cfg, addr, nil
 }
@@ -116,10 +140,13 @@ type logFlags struct {
 func (f *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.format, "log-format", "json", "log format: json or text")
 	fs.StringVar(&f.level, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&f.output, "log-output", "stderr", "where logs go: stderr, stdout, pid1 (PID 1's stdout, so an exec hook's logs show in kubectl logs), or a file path")
+	fs.StringVar(&f.output, "log-output", "stderr", "where logs go: stderr, stdout, envoy (the stdout of Envoy's process, found in /proc, so an exec hook's log shows in kubectl logs of Envoy's container; pid1 is an old name for it), or a file path; a destination that cannot be opened falls back to stderr with a warning")
 }
 
-// logger builds the logger; the returned closer closes an opened file.
+// logger builds the logger; the returned closer closes an opened destination. Only a bad flag value is an
+// error: a destination that cannot be opened at run time (another user's process, a socket, a read-only
+// file system) falls back to stderr, with one warning there, because a hook that exits instead of
+// draining lets Envoy's SIGTERM through with requests in flight.
 func (f *logFlags) logger(stdout, stderr io.Writer) (*slog.Logger, func(), error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.level)); err != nil {
@@ -128,27 +155,44 @@ func (f *logFlags) logger(stdout, stderr io.Writer) (*slog.Logger, func(), error
 	if f.format != "json" && f.format != "text" {
 		return nil, nil, usagef("--log-format: %q is not one of json, text", f.format)
 	}
-	w, closer := stderr, func() {}
-	switch f.output {
-	case "stderr":
-	case "stdout":
-		w = stdout
-	default:
-		path := f.output
-		if path == "pid1" {
-			path = "/proc/1/fd/1"
-		}
-		file, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return nil, nil, usagef("--log-output: %v", err)
-		}
-		w, closer = file, func() { file.Close() }
+	if f.output == "" {
+		return nil, nil, usagef("--log-output must not be empty")
 	}
+	w, closer, openErr := openLogOutput(f.output, stdout, stderr)
 	opts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
 	if f.format == "text" {
-		return slog.New(slog.NewTextHandler(w, opts)), closer, nil
+		log = slog.New(slog.NewTextHandler(w, opts))
+	} else {
+		log = slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewJSONHandler(w, opts)), closer, nil
+	if openErr != nil {
+		log.Warn("log destination unavailable; logging to stderr", "log_output", f.output, "err", openErr)
+	}
+	return log, closer, nil
+}
+
+// openLogOutput opens a --log-output destination; when it cannot, it returns stderr and the reason.
+func openLogOutput(output string, stdout, stderr io.Writer) (io.Writer, func(), error) {
+	var file *os.File
+	var err error
+	switch output {
+	case "stderr":
+		return stderr, func() {}, nil
+	case "stdout":
+		return stdout, func() {}, nil
+	case "envoy", "pid1":
+		var p envoyproc.Process
+		if p, err = envoyproc.Find("/proc"); err == nil {
+			file, err = p.OpenStdout()
+		}
+	default:
+		file, err = os.OpenFile(output, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	}
+	if err != nil {
+		return stderr, func() {}, err
+	}
+	return file, func() { file.Close() }, nil
 }
 
 func durationText(d time.Duration) string { return fmt.Sprint(d.Round(time.Millisecond)) }

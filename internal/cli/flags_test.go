@@ -23,6 +23,10 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"drain", "--drain-listeners", "some"}, "--drain-listeners"},
 		{[]string{"drain", "--log-level", "loud"}, "--log-level"},
 		{[]string{"status", "-o", "yaml"}, "-o"},
+		{[]string{"drain", "--drain-delay", "2562047h", "--min-drain-duration", "2562047h", "--drain-timeout", "2562047h"}, "--drain-timeout"},
+		{[]string{"drain", "--envoy-gone-after", "0s"}, "--envoy-gone-after"},
+		{[]string{"drain", "--log-output", ""}, "--log-output"},
+		{[]string{"status", "--drain-timeout", "5s"}, "drain-timeout"}, // status takes only what changes the count
 		{[]string{"drain", "extra"}, "unexpected argument"},
 		{[]string{"nope"}, "unknown command"},
 	}
@@ -37,10 +41,56 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 }
 
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}} {
+	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
 			t.Errorf("%v: exit %d, stdout %d bytes; want 0 and help on stdout", args, code, stdout.Len())
+		}
+	}
+}
+
+// Help is written as the README and the errors write flags (--flag), and says how run takes Envoy's command.
+func TestHelpText(t *testing.T) {
+	tests := []struct {
+		args       []string
+		want, dont []string
+	}{
+		{[]string{"run", "-h"}, []string{"Usage: shutdown-manager run [FLAGS] -- ENVOY_COMMAND", "  --admin-address string", "  --stop-timeout duration"}, []string{"\n  -admin-address"}},
+		{[]string{"drain", "-h"}, []string{"  --envoy-gone-after duration", "(default 1s)", "(default \"stderr\")"}, []string{"\n  -drain-timeout"}},
+		{[]string{"status", "-h"}, []string{"  --admin-address", "  --listener-exclude"}, []string{"--drain-timeout", "--min-drain-duration", "--check-interval"}},
+		{[]string{"--version"}, []string{"shutdown-manager " + Version}, nil},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		Run(context.Background(), tt.args, &stdout, &stderr)
+		for _, w := range tt.want {
+			if !strings.Contains(stdout.String(), w) {
+				t.Errorf("%v: output lacks %q:\n%s", tt.args, w, stdout.String())
+			}
+		}
+		for _, d := range tt.dont {
+			if strings.Contains(stdout.String(), d) {
+				t.Errorf("%v: output has %q:\n%s", tt.args, d, stdout.String())
+			}
+		}
+	}
+}
+
+// A log destination that cannot be opened at run time is not a usage error: the logger falls back to
+// stderr with one warning (a hook that exits 2 instead of draining loses requests).
+func TestLogOutputFallsBackToStderr(t *testing.T) {
+	for _, out := range []string{"/nonexistent-dir/drain.log", "/proc/self/nonexistent"} {
+		var stdout, stderr bytes.Buffer
+		lf := logFlags{format: "json", level: "info", output: out}
+		log, closeLog, err := lf.logger(&stdout, &stderr)
+		if err != nil {
+			t.Fatalf("--log-output %s: %v, want a fallback", out, err)
+		}
+		log.Info("drain started")
+		closeLog()
+		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		if len(lines) != 2 || !strings.Contains(lines[0], "log destination unavailable") || !strings.Contains(lines[0], out) || !strings.Contains(lines[1], "drain started") {
+			t.Errorf("--log-output %s: stderr %q; want one warning naming it, then the log", out, stderr.String())
 		}
 	}
 }

@@ -93,12 +93,12 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (runConfig, erro
 	}
 	if f.grace > 0 && !isFlagSet(fs, "drain-timeout") {
 		f.timeout = f.grace - f.stopTimeout - graceMargin
-		if f.timeout <= f.delay+f.minDuration {
+		if f.timeout <= drain.AddDurations(f.delay, f.minDuration) {
 			return runConfig{}, usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
 		}
 	}
 	if !isFlagSet(fs, "admin-address") {
-		addr, err := adminFromCommandLine(envoyArgs)
+		addr, err := adminFromCommandLine(envoyArgs, os.ReadFile)
 		if err != nil {
 			return runConfig{}, usagef("--admin-address not given and %v", err)
 		}
@@ -129,8 +129,9 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (runConfig, erro
 	return cfg, nil
 }
 
-// adminFromCommandLine reads the admin address from the bootstrap named on Envoy's command line.
-func adminFromCommandLine(envoyArgs []string) (envoyadmin.Address, error) {
+// adminFromCommandLine reads the admin address from the bootstrap named on Envoy's command line, reading
+// files with readFile.
+func adminFromCommandLine(envoyArgs []string, readFile func(string) ([]byte, error)) (envoyadmin.Address, error) {
 	path, inline := envoyadmin.BootstrapSource(envoyArgs)
 	if inline != "" { // merged over the file by Envoy: it wins when it names an admin address
 		if addr, found, err := envoyadmin.AdminFromBootstrap([]byte(inline)); found || err != nil {
@@ -140,7 +141,7 @@ func adminFromCommandLine(envoyArgs []string) (envoyadmin.Address, error) {
 	if path == "" {
 		return envoyadmin.Address{}, fmt.Errorf("envoy's command line names no bootstrap (-c)")
 	}
-	data, err := os.ReadFile(path)
+	data, err := readFile(path)
 	if err != nil {
 		return envoyadmin.Address{}, fmt.Errorf("reading envoy's bootstrap: %w", err)
 	}
@@ -178,7 +179,7 @@ func runAgent(cfg runConfig, df *drainFlags, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer s.stop()
+	defer s.stop(nil)
 	var apiErrs <-chan error
 	if cfg.listen != nil {
 		apis, err := startAPI(*cfg.listen, cfg.api, s, log)
@@ -201,7 +202,7 @@ func runAgent(cfg runConfig, df *drainFlags, log *slog.Logger) error {
 		case err := <-apiErrs:
 			log.Error("serving failed; stopping envoy", "err", err)
 			apiErrs = nil
-			s.stop()
+			s.stop(fmt.Errorf("the API failing: %w", err))
 			released = closedChan
 		case <-started: // a drain began through /shutdown
 			started = nil
@@ -228,7 +229,7 @@ func runAgent(cfg runConfig, df *drainFlags, log *slog.Logger) error {
 				released = d.Done()
 			default:
 				log.Warn("second signal: skipping the rest of the drain, stopping envoy now", "signal", sig.String())
-				s.stop()
+				s.stop(signalCause(sig))
 			}
 		case <-released:
 		}

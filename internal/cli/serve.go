@@ -75,7 +75,7 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 	if err != nil {
 		return err
 	}
-	defer s.stop()
+	defer s.stop(nil)
 	apis, err := startAPI(cfg.listen, cfg.api, s, log)
 	if err != nil {
 		log.Error("cannot listen", "listen", cfg.listen.String(), "err", err)
@@ -92,7 +92,14 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 		log.Info("stopping", "reason", ctx.Err().Error())
 	case sig := <-sigs:
 		log.Info("signal received; exiting once any drain has released", "signal", sig.String())
-		awaitRelease(s.engine, cfg.triggerWait, sigs, log)
+		if second := awaitRelease(s.engine, cfg.triggerWait, sigs, log); second != nil {
+			// Cut the drain short first, so that its waiters are answered (503, "canceled by SIGTERM …")
+			// before the API closes; then exit 1: this process left before its drain released.
+			s.stop(signalCause(second))
+			apis.stop()
+			log.Warn("exiting before the drain released", "signal", second.String(), "drain_reason", s.engine.Status().Reason)
+			return errReported
+		}
 	}
 	apis.stop()
 	log.Info("exiting")
@@ -100,13 +107,14 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 }
 
 // awaitRelease waits for the drain in progress, or, if none has run yet, for one starting within wait, to
-// release. A second signal ends the wait. Kubelet sends the Envoy container's preStop request and this container's SIGTERM at about
-// the same moment, so the trigger may arrive just after the signal.
-func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signal, log *slog.Logger) {
+// release. Kubelet sends the Envoy container's preStop request and this container's SIGTERM at about the
+// same moment, so the trigger may arrive just after the signal. A second signal ends the wait: it is
+// returned when it cut a running drain short (nil otherwise).
+func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signal, log *slog.Logger) os.Signal {
 	next := engine.NextStart()
 	d := engine.Running()
 	if st := engine.Status(); d == nil && st.Phase == drain.PhaseReleased && st.Resumed == nil {
-		return // this pod's drain is over (and was not undone by a resume): no trigger is on its way
+		return nil // this pod's drain is over (and was not undone by a resume): no trigger is on its way
 	}
 	if d == nil {
 		timer := time.NewTimer(wait)
@@ -115,19 +123,21 @@ func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signa
 		case <-next:
 			d = engine.Running()
 		case <-timer.C:
-			return
+			return nil
 		case s := <-sigs:
-			log.Info("second signal: exiting now", "signal", s.String())
-			return
+			log.Info("second signal: exiting now; no drain was running", "signal", s.String())
+			return nil
 		}
 	}
 	if d == nil { // the drain started and finished already
-		return
+		return nil
 	}
 	log.Info("waiting for the drain to release")
 	select {
 	case <-d.Done():
+		return nil
 	case s := <-sigs:
-		log.Warn("second signal: exiting before the drain released", "signal", s.String())
+		log.Warn("second signal: canceling the drain", "signal", s.String())
+		return s
 	}
 }

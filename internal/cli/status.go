@@ -27,20 +27,20 @@ type statusReport struct {
 // runStatus prints Envoy's state and the work in flight per listener and HTTP manager, counted as a drain would.
 func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	var df drainFlags
-	df.register(fs)
+	var cf countFlags // only what changes the count: the drain's timing flags mean nothing here
+	cf.register(fs)
 	output := fs.String("o", "table", "output: table or json")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	cfg, addr, err := df.config()
+	mode, sel, addr, err := cf.config()
 	if err != nil {
 		return err
 	}
 	if *output != "table" && *output != "json" {
 		return usagef("-o: %q is not one of table, json", *output)
 	}
-	client := envoyadmin.New(addr, envoyadmin.Options{Timeout: df.adminTimeout})
+	client := envoyadmin.New(addr, envoyadmin.Options{Timeout: cf.adminTimeout})
 	state, err := client.ServerState(ctx)
 	if err != nil {
 		return fmt.Errorf("reading envoy's state: %w", err)
@@ -49,8 +49,8 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("reading envoy's stats: %w", err)
 	}
-	c := drain.Count(snap, cfg.Mode, cfg.Selector)
-	rep := statusReport{Admin: addr.String(), EnvoyState: string(state), Count: cfg.Mode, Open: c.Open,
+	c := drain.Count(snap, mode, sel)
+	rep := statusReport{Admin: addr.String(), EnvoyState: string(state), Count: mode, Open: c.Open,
 		NonHTTPCx: c.NonHTTPCx, Listeners: c.Scopes, Excluded: c.Excluded}
 	if rep.Listeners == nil {
 		rep.Listeners = []drain.ScopeCount{}

@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -57,6 +58,7 @@ type Config struct {
 	Mode          Mode
 	Selector      Selector
 	ListenerDrain ListenerDrain
+	GoneAfter     time.Duration   // admin API refusing connections this long means Envoy is gone; 0: DefaultGoneAfter
 	EnvoyExited   <-chan struct{} // closed when Envoy's process is known to have exited (agent mode); may be nil
 }
 
@@ -73,6 +75,11 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--check-interval must be positive")
 	case c.Threshold < 0:
 		return fmt.Errorf("--min-open-connections must not be negative")
+	case c.GoneAfter < 0:
+		return fmt.Errorf("--envoy-gone-after must not be negative")
+	case AddDurations(c.Delay, c.MinDuration) >= c.Timeout:
+		return fmt.Errorf("--drain-timeout (%s) must be longer than --drain-delay plus --min-drain-duration (%s)",
+			c.Timeout, AddDurations(c.Delay, c.MinDuration))
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
 		return fmt.Errorf("--count: %w", err)
@@ -124,19 +131,22 @@ var ErrStopped = errors.New("drain engine stopped")
 var ErrDrainRunning = errors.New("a drain is running")
 
 // ErrCanceledByResume is the cause of a drain canceled by a forced resume; its reason says so.
-var ErrCanceledByResume = errors.New("canceled by resume")
+var ErrCanceledByResume = errors.New("resume")
 
 // New validates cfg and returns an engine. Call Run to serve triggers. metrics may be nil.
 func New(cfg Config, admin Admin, log *slog.Logger, metrics *Metrics) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.GoneAfter == 0 {
+		cfg.GoneAfter = DefaultGoneAfter
+	}
 	if metrics == nil {
 		metrics = NewMetrics(nil)
 	}
 	e := &Engine{cfg: cfg, admin: admin, log: log, metrics: metrics,
 		triggers: make(chan triggerRequest), resumes: make(chan resumeRequest), stopped: make(chan struct{})}
-	e.status.Store(&Status{Phase: PhaseIdle})
+	e.status.Store(&Status{Phase: PhaseIdle, Open: Unknown, Listeners: []ScopeCount{}})
 	ch := make(chan struct{})
 	e.started.Store(&ch)
 	metrics.setPhase(PhaseIdle)
@@ -259,7 +269,7 @@ func (e *Engine) start(ctx context.Context, by Caller) *Drain {
 	d := &Drain{done: make(chan struct{}), by: by, cancel: cancel}
 	now := time.Now()
 	d.started = now
-	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: -1, TriggeredBy: &d.by})
+	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
 	e.running.Store(d)
 	e.last.Store(d)
 	next := make(chan struct{})
@@ -374,6 +384,9 @@ func (e *Engine) NextStart() <-chan struct{} { return *e.started.Load() }
 // Status returns a snapshot of the current or last drain. The caller may keep it; it is never changed.
 func (e *Engine) Status() Status {
 	s := *e.status.Load()
+	if s.Listeners == nil {
+		s.Listeners = []ScopeCount{} // JSON []: no scope counted, not "unknown"
+	}
 	if s.Started != nil && s.Outcome == "" {
 		s.Elapsed = Seconds(time.Since(*s.Started))
 	}
@@ -389,9 +402,7 @@ func (e *Engine) Status() Status {
 func (e *Engine) publish(s *Status) {
 	e.status.Store(s)
 	e.metrics.setPhase(s.Phase)
-	if s.Open >= 0 {
-		e.metrics.open.Set(float64(s.Open))
-	}
+	e.metrics.setOpen(s.Open)
 }
 
 // Drain is one drain. Done is closed when it has released; Result is valid from then on.
@@ -419,4 +430,21 @@ func isDone(d *Drain) bool {
 	default:
 		return false
 	}
+}
+
+// AddDurations adds durations, saturating at the largest (or smallest) Duration instead of wrapping:
+// flag values such as --drain-delay=2562047h plus --min-drain-duration must not overflow past a check.
+func AddDurations(ds ...time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		switch {
+		case d > 0 && sum > math.MaxInt64-d:
+			sum = math.MaxInt64
+		case d < 0 && sum < math.MinInt64-d:
+			sum = math.MinInt64
+		default:
+			sum += d
+		}
+	}
+	return sum
 }

@@ -2,10 +2,12 @@ package drain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -372,27 +374,88 @@ func TestEnvoyExitedSignal(t *testing.T) {
 	})
 }
 
-func TestUnreachableFromTheStartIsAnError(t *testing.T) {
+// Nothing listens at the admin address from the start (a crashed Envoy): after the gone window the drain
+// releases as envoy_gone (exit 0 for the hook), not at the deadline.
+func TestRefusedFromTheStartIsEnvoyGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(0)
-		unreachable := &unreachableAdmin{fake}
+		unreachable := &unreachableAdmin{fakeAdmin: fake}
 		cfg := testConfig()
 		e := startEngine(t, cfg, unreachable, nil)
 		start := time.Now()
 		d, _ := e.Trigger(context.Background(), testCaller)
 		<-d.Done()
-		if got := time.Since(start); got != cfg.Timeout {
-			t.Errorf("released after %s, want at the deadline %s", got, cfg.Timeout)
+		if got, want := time.Since(start), cfg.Delay+DefaultGoneAfter; got != want {
+			t.Errorf("released after %s, want after the delay plus the gone window (%s)", got, want)
 		}
-		if r := d.Result(); r.Outcome != OutcomeError {
-			t.Errorf("outcome = %s, want error: an Envoy never reached is not an Envoy gone", r.Outcome)
+		r := d.Result()
+		if r.Outcome != OutcomeEnvoyGone || !r.OK() {
+			t.Errorf("outcome = %s (%s), want envoy_gone", r.Outcome, r.Reason)
+		}
+		if !strings.Contains(r.Reason, "refused every connection for 1s") || !strings.Contains(r.Reason, "connection refused") {
+			t.Errorf("reason %q does not give the evidence", r.Reason)
+		}
+		if n := unreachable.calls.Load(); n < 3 {
+			t.Errorf("%d attempts in the gone window, want several", n)
 		}
 	})
 }
 
-type unreachableAdmin struct{ *fakeAdmin }
+// Envoy (re)starting inside the gone window is not mistaken for gone: the drain goes on normally.
+func TestEnvoyStartingInsideTheGoneWindowIsDrained(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		unreachable := &unreachableAdmin{fakeAdmin: fake, refuseFor: 800 * time.Millisecond}
+		cfg := testConfig()
+		cfg.Delay = 0
+		e := startEngine(t, cfg, unreachable, nil)
+		d, _ := e.Trigger(context.Background(), testCaller)
+		<-d.Done()
+		if r := d.Result(); r.Outcome != OutcomeDrained {
+			t.Errorf("outcome = %s (%s), want drained", r.Outcome, r.Reason)
+		}
+	})
+}
 
-func (u *unreachableAdmin) HealthcheckFail(context.Context) error {
+// Refusals broken by another failure (a timeout: something listens) restart the window: only refusals for
+// the whole window mean gone. A refusal-timeout-refusal admin API holds the drain to its deadline.
+func TestOtherFailuresRestartTheGoneWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		unreachable := &unreachableAdmin{fakeAdmin: fake, refuseFor: time.Hour, timeoutEvery: 3}
+		cfg := testConfig()
+		cfg.Delay = 0
+		e := startEngine(t, cfg, unreachable, nil)
+		start := time.Now()
+		d, _ := e.Trigger(context.Background(), testCaller)
+		<-d.Done()
+		if r := d.Result(); r.Outcome != OutcomeError || time.Since(start) != cfg.Timeout {
+			t.Errorf("outcome = %s after %s (%s), want error at the deadline", r.Outcome, time.Since(start), r.Reason)
+		}
+	})
+}
+
+// unreachableAdmin refuses /healthcheck/fail for refuseFor after its first call (always, if 0), answering
+// every timeoutEvery-th call with a timeout instead; then it is the fake.
+type unreachableAdmin struct {
+	*fakeAdmin
+	refuseFor    time.Duration
+	timeoutEvery int32
+	first        time.Time
+	calls        atomic.Int32
+}
+
+func (u *unreachableAdmin) HealthcheckFail(ctx context.Context) error {
+	n := u.calls.Add(1)
+	if n == 1 {
+		u.first = time.Now()
+	}
+	if u.refuseFor > 0 && time.Since(u.first) >= u.refuseFor {
+		return u.fakeAdmin.HealthcheckFail(ctx)
+	}
+	if u.timeoutEvery > 0 && n%u.timeoutEvery == 0 {
+		return fmt.Errorf("POST /healthcheck/fail: %w", context.DeadlineExceeded)
+	}
 	return fmt.Errorf("POST /healthcheck/fail: %w: connection refused", envoyadmin.ErrUnreachable)
 }
 
@@ -425,16 +488,18 @@ func TestCanceledEngineReleasesWaiters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(9)
 		e, _ := New(testConfig(), fake, discard(), nil)
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancelCause(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = e.Run(ctx) }()
 		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(10 * time.Second)
-		cancel()
+		cancel(errors.New("signal interrupt"))
 		<-d.Done()
 		<-done
-		if r := d.Result(); r.Outcome != OutcomeCanceled {
-			t.Errorf("outcome = %s, want canceled", r.Outcome)
+		// The reason says who stopped it, when, and what was left; not "deadline reached", never doubled.
+		want := "canceled by signal interrupt after 10s with 9 in flight"
+		if r := d.Result(); r.Outcome != OutcomeCanceled || r.Reason != want {
+			t.Errorf("result = %s %q, want canceled %q", r.Outcome, r.Reason, want)
 		}
 		if _, err := e.Trigger(context.Background(), testCaller); !errors.Is(err, ErrStopped) {
 			t.Errorf("trigger after stop: err = %v, want ErrStopped", err)
@@ -528,6 +593,35 @@ func TestStatusShowsWhoTriggered(t *testing.T) {
 	})
 }
 
+// No poll ever comes sooner than minPollGap after the last one began, in any phase, whatever the flags.
+func TestPollGapFloor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(1)
+		timed := &timedAdmin{fakeAdmin: fake}
+		cfg := testConfig()
+		cfg.Delay, cfg.Interval = 0, time.Nanosecond
+		e := startEngine(t, cfg, timed, nil)
+		d, _ := e.Trigger(context.Background(), testCaller)
+		time.Sleep(cfg.MinDuration + 2*time.Second)
+		fake.set(func(f *fakeAdmin) { f.inflight = 0 })
+		<-d.Done()
+		timed.mu.Lock()
+		defer timed.mu.Unlock()
+		if len(timed.polls) < 10 {
+			t.Fatalf("only %d polls", len(timed.polls))
+		}
+		for i := 1; i < len(timed.polls); i++ {
+			if gap := timed.polls[i].Sub(timed.polls[i-1]); gap < minPollGap {
+				t.Fatalf("poll %d came %s after the one before, want at least %s", i, gap, minPollGap)
+			}
+		}
+		// And not much slower either: the floor is the gap, not a sleep added on top.
+		if max := int((cfg.MinDuration+2*time.Second)/minPollGap) + 2; len(timed.polls) > max {
+			t.Errorf("%d polls, want at most %d", len(timed.polls), max)
+		}
+	})
+}
+
 func TestResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(3) // work that never finishes
@@ -578,4 +672,69 @@ func TestResume(t *testing.T) {
 			t.Error("a trigger right after a resume got the cached state and did not drain")
 		}
 	})
+}
+
+type timedAdmin struct {
+	*fakeAdmin
+	mu    sync.Mutex
+	polls []time.Time
+}
+
+func (a *timedAdmin) Stats(ctx context.Context) (envoyadmin.Snapshot, error) {
+	a.mu.Lock()
+	a.polls = append(a.polls, time.Now())
+	a.mu.Unlock()
+	return a.fakeAdmin.Stats(ctx)
+}
+
+func TestAddDurationsSaturates(t *testing.T) {
+	const maxD, minD = time.Duration(math.MaxInt64), time.Duration(math.MinInt64)
+	tests := []struct {
+		in   []time.Duration
+		want time.Duration
+	}{
+		{nil, 0},
+		{[]time.Duration{time.Second, 2 * time.Second}, 3 * time.Second},
+		{[]time.Duration{maxD, time.Nanosecond}, maxD},
+		{[]time.Duration{maxD - 5, maxD - 5}, maxD},
+		{[]time.Duration{minD, -time.Nanosecond}, minD},
+	}
+	for _, tt := range tests {
+		if got := AddDurations(tt.in...); got != tt.want {
+			t.Errorf("AddDurations(%v) = %d, want %d", tt.in, got, tt.want)
+		}
+	}
+	// The sum of two huge flags is checked against the timeout, not wrapped below it.
+	cfg := testConfig()
+	cfg.Delay, cfg.MinDuration = maxD/2+1, maxD/2+1
+	if err := cfg.Validate(); err == nil {
+		t.Error("Validate accepted --drain-delay + --min-drain-duration past the int64 limit")
+	}
+}
+
+// Before any poll, the count is unknown (JSON null, no gauge); listeners is [] not null.
+func TestStatusBeforeFirstPoll(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e, err := New(testConfig(), newFake(0), discard(), NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(e.Status())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"open":null`, `"listeners":[]`, `"state":"idle"`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("status %s lacks %s", b, want)
+		}
+	}
+	if n, err := testutil.GatherAndCount(reg, "shutdown_manager_in_flight"); err != nil || n != 0 {
+		t.Errorf("in_flight gauge before any poll: %d series (err %v), want none", n, err)
+	}
+	e.metrics.setOpen(3)
+	for _, name := range []string{"shutdown_manager_in_flight", "shutdown_manager_open_connections"} {
+		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != 1 {
+			t.Errorf("%s after a poll: %d series (err %v), want 1", name, n, err)
+		}
+	}
 }

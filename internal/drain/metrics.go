@@ -1,11 +1,15 @@
 package drain
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // Metrics are the engine's Prometheus metrics, registered on the Registerer given to NewMetrics.
 type Metrics struct {
 	phase         *prometheus.GaugeVec
-	open          prometheus.Gauge
+	inFlight      *inFlightGauge
 	duration      prometheus.Histogram
 	drains        *prometheus.CounterVec
 	adminRequests *prometheus.CounterVec
@@ -18,10 +22,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shutdown_manager_drain_phase",
 			Help: "1 for the phase the drain engine is in, 0 for the others.",
 		}, []string{"phase"}),
-		open: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "shutdown_manager_open_connections",
-			Help: "Work in flight at the last poll, as --count counts it (requests plus non-HTTP connections by default).",
-		}),
+		inFlight: newInFlightGauge(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "shutdown_manager_drain_duration_seconds",
 			Help:    "Time from a drain's trigger to its release.",
@@ -40,7 +41,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.drains.WithLabelValues(string(o))
 	}
 	if reg != nil {
-		reg.MustRegister(m.phase, m.open, m.duration, m.drains, m.adminRequests)
+		reg.MustRegister(m.phase, m.inFlight, m.duration, m.drains, m.adminRequests)
 	}
 	return m
 }
@@ -60,7 +61,44 @@ func (m *Metrics) setPhase(p Phase) {
 	}
 }
 
+// setOpen records the last count; an unknown count leaves the last known one (or none) in place.
+func (m *Metrics) setOpen(n OpenCount) {
+	if n.Known() {
+		m.inFlight.value.Store(int64(n))
+	}
+}
+
 func (m *Metrics) finished(r Result) {
 	m.drains.WithLabelValues(string(r.Outcome)).Inc()
 	m.duration.Observe(r.Duration.Seconds())
+}
+
+// inFlightGauge exports the work in flight at the last poll. It is absent from /metrics until a poll has
+// read it (a 0 before any poll would claim "nothing in flight" when nothing is known). It is exported under
+// its name and, for one release, under the deprecated name it had: it never counted only connections.
+type inFlightGauge struct {
+	value     atomic.Int64 // -1: unknown
+	desc, old *prometheus.Desc
+}
+
+func newInFlightGauge() *inFlightGauge {
+	g := &inFlightGauge{
+		desc: prometheus.NewDesc("shutdown_manager_in_flight",
+			"Work in flight at the last poll, as --count counts it (by default HTTP requests plus connections no HTTP manager owns). Absent until the first poll.", nil, nil),
+		old: prometheus.NewDesc("shutdown_manager_open_connections",
+			"Deprecated: use shutdown_manager_in_flight (same value). Removed in the next release.", nil, nil),
+	}
+	g.value.Store(-1)
+	return g
+}
+
+func (g *inFlightGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc; ch <- g.old }
+
+func (g *inFlightGauge) Collect(ch chan<- prometheus.Metric) {
+	v := g.value.Load()
+	if v < 0 {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, float64(v))
+	ch <- prometheus.MustNewConstMetric(g.old, prometheus.GaugeValue, float64(v))
 }

@@ -43,8 +43,26 @@ var Outcomes = []Outcome{OutcomeDrained, OutcomeTimeout, OutcomeEnvoyGone, Outco
 type Result struct {
 	Outcome  Outcome
 	Reason   string        // one line for humans: what happened, with counts and timing
-	Open     int64         // the last count read; -1 if none was read
+	Open     OpenCount     // the last count read; Unknown if none was read
 	Duration time.Duration // from trigger to release
+}
+
+// OpenCount is the work in flight as --count counts it, or Unknown before Envoy's stats were read.
+// It encodes to JSON as a number, or null when unknown.
+type OpenCount int64
+
+// Unknown is the OpenCount of a drain that has not read Envoy's stats (yet).
+const Unknown OpenCount = -1
+
+// Known reports whether the count was read.
+func (n OpenCount) Known() bool { return n >= 0 }
+
+// MarshalJSON writes the count, or null when it is unknown.
+func (n OpenCount) MarshalJSON() ([]byte, error) {
+	if !n.Known() {
+		return []byte("null"), nil
+	}
+	return strconv.AppendInt(nil, int64(n), 10), nil
 }
 
 // OK reports whether the drain reached its goal (drained, or Envoy already gone).
@@ -61,7 +79,7 @@ func (s Seconds) MarshalJSON() ([]byte, error) {
 // Status is a snapshot of the current or last drain, as GET /status shows it.
 type Status struct {
 	Phase      Phase        `json:"state"`
-	Open       int64        `json:"open"` // what --count counts; -1 before the first poll
+	Open       OpenCount    `json:"open"` // what --count counts; null before the first poll
 	Listeners  []ScopeCount `json:"listeners"`
 	Excluded   []string     `json:"excluded,omitempty"`
 	Started    *time.Time   `json:"started,omitempty"`
@@ -90,16 +108,12 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		"check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
 
 	finish := func(o Outcome, format string, args ...any) Result {
-		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started)}
+		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started), Reason: fmt.Sprintf(format, args...)}
 		if parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
+			// The engine was stopped: whatever the step was waiting for, say who stopped it.
 			r.Outcome = OutcomeCanceled
-			if cause := context.Cause(parent); errors.Is(cause, ErrCanceledByResume) {
-				format, args = "%s after %s with %s", []any{cause, since(d.started), openText(st.Open)}
-			} else {
-				format = "canceled: " + format
-			}
+			r.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(parent), since(d.started), openText(st.Open))
 		}
-		r.Reason = fmt.Sprintf(format, args...)
 		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
 		e.publish(ptr(st))
 		level := log.Info
@@ -126,8 +140,13 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	st.Phase = PhaseFailHealthChecks
 	e.publish(ptr(st))
 	if err := e.failHealthChecks(ctx, &st); err != nil {
-		if errors.Is(err, errEnvoyExited) {
+		var refused *refusedError
+		switch {
+		case errors.Is(err, errEnvoyExited):
 			return gone()
+		case errors.As(err, &refused):
+			return finish(OutcomeEnvoyGone, "envoy is not running: its admin API refused every connection for %s (%d attempts): %s",
+				refused.For.Round(time.Millisecond), refused.Attempts, st.LastError)
 		}
 		return finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", cfg.Timeout, st.LastError)
 	}
@@ -152,10 +171,10 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		switch {
 		case err == nil:
 			c := Count(snap, cfg.Mode, cfg.Selector)
-			if c.Open != st.Open {
+			if OpenCount(c.Open) != st.Open {
 				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
 			}
-			st.Open, st.Listeners, st.Excluded, st.LastError = c.Open, c.Scopes, c.Excluded, ""
+			st.Open, st.Listeners, st.Excluded, st.LastError = OpenCount(c.Open), c.Scopes, c.Excluded, ""
 		case errors.Is(err, envoyadmin.ErrUnreachable):
 			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
 			st.LastError = err.Error()
@@ -169,7 +188,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			st.Phase = PhaseWaiting
 		}
 		e.publish(ptr(st))
-		if st.Phase == PhaseWaiting && err == nil && st.Open <= cfg.Threshold {
+		if st.Phase == PhaseWaiting && err == nil && int64(st.Open) <= cfg.Threshold {
 			return finish(OutcomeDrained, "%s after %s", openText(st.Open), since(d.started))
 		}
 		next := cfg.Interval
@@ -179,11 +198,13 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		case err == nil:
 			next = pollGap(took, cfg.Interval)
 		}
+		// Whatever the flags and the phase, no poll comes sooner than minPollGap after the last one began.
+		next = max(next, minPollGap-time.Since(polled))
 		if err := e.wait(ctx, next); err != nil {
 			if errors.Is(err, errEnvoyExited) {
 				return gone()
 			}
-			if st.LastError != "" && st.Open < 0 {
+			if st.LastError != "" && !st.Open.Known() {
 				return finish(OutcomeError, "deadline %s reached without reading envoy's stats: %s", cfg.Timeout, st.LastError)
 			}
 			return finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, openText(st.Open))
@@ -193,8 +214,8 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 
 // While waiting to release, the engine polls as often as polls are cheap: pollCostFactor times what the
 // last poll took (so Envoy's main thread, which answers /stats by scanning every stat, spends at most about
-// 1/pollCostFactor of its time on us), never sooner than minPollGap after the last poll, never later than
-// --check-interval. On a small configuration a poll takes well under a millisecond, so the drain releases
+// 1/pollCostFactor of its time on us), never later than --check-interval. In every phase and whatever the
+// flags (--check-interval=1ns included), two polls begin at least minPollGap apart. On a small configuration a poll takes well under a millisecond, so the drain releases
 // within about minPollGap of the last request; with 10,000 clusters a poll takes ~90 ms (measured by
 // `make bench`), so it polls every --check-interval.
 const (
@@ -233,9 +254,29 @@ const (
 	lastBackoff  = time.Second
 )
 
-// failHealthChecks calls POST /healthcheck/fail until it succeeds, backing off, while ctx allows.
+// DefaultGoneAfter is how long Envoy's admin API must refuse every connection (or its unix socket be
+// missing) before a drain decides Envoy is not running and releases at once (outcome envoy_gone). About a
+// second: long enough for several attempts and for an Envoy whose listener is being re-bound, far shorter
+// than a drain timeout that would otherwise hold a crashed Envoy's pod for a minute. Any other answer or
+// failure (a timeout, a 500) restarts the window: a hung admin API is not a gone Envoy.
+const DefaultGoneAfter = time.Second
+
+// refusedError reports that the admin API refused connections for the whole gone window.
+type refusedError struct {
+	For      time.Duration
+	Attempts int
+}
+
+func (r *refusedError) Error() string {
+	return fmt.Sprintf("envoy admin refused connections for %s (%d attempts)", r.For, r.Attempts)
+}
+
+// failHealthChecks calls POST /healthcheck/fail until it succeeds, backing off, while ctx allows. If every
+// attempt for GoneAfter is refused (nothing listens), it returns a *refusedError.
 func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
 	backoff := firstBackoff
+	var refusedSince time.Time // zero: the last attempt was not refused
+	refused := 0
 	for attempt := 1; ; attempt++ {
 		err := e.admin.HealthcheckFail(ctx)
 		if err == nil {
@@ -244,18 +285,40 @@ func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
 		}
 		st.LastError = err.Error()
 		e.publish(ptr(*st))
-		e.log.Warn("failing envoy health checks failed; retrying", "attempt", attempt, "err", err, "retry_in", backoff.String())
-		if err := e.wait(ctx, backoff); err != nil {
+		wait := backoff
+		if errors.Is(err, envoyadmin.ErrUnreachable) {
+			if refusedSince.IsZero() {
+				refusedSince = time.Now()
+			}
+			refused++
+			if gone := time.Since(refusedSince); gone >= e.cfg.GoneAfter && refused >= 2 {
+				return &refusedError{For: gone, Attempts: refused}
+			}
+			// Several attempts inside the window, and one right at its end.
+			wait = min(wait, e.cfg.GoneAfter/4, max(e.cfg.GoneAfter-time.Since(refusedSince), firstBackoff))
+		} else {
+			refusedSince, refused = time.Time{}, 0
+		}
+		e.log.Warn("failing envoy health checks failed; retrying", "attempt", attempt, "err", err, "retry_in", wait.String())
+		if err := e.wait(ctx, wait); err != nil {
 			return err
 		}
 		backoff = min(2*backoff, lastBackoff)
 	}
 }
 
+// cancelCause names what stopped the engine, from the cause its context was canceled with.
+func cancelCause(ctx context.Context) string {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		return c.Error()
+	}
+	return "the manager stopping"
+}
+
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
 
-func openText(n int64) string {
-	if n < 0 {
+func openText(n OpenCount) string {
+	if !n.Known() {
 		return "work in flight unknown"
 	}
 	return fmt.Sprintf("%d in flight", n)

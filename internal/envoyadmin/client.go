@@ -56,9 +56,11 @@ func New(addr Address, opts Options) *Client {
 		base = "http://envoy-admin"
 	}
 	return &Client{
-		addr:    addr,
-		base:    base,
-		http:    &http.Client{Transport: transport, Timeout: opts.Timeout},
+		addr: addr,
+		base: base,
+		http: &http.Client{Transport: transport, Timeout: opts.Timeout,
+			// Never follow a redirect: a 302 to POST /healthcheck/fail followed as a GET would read as success.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		timeout: opts.Timeout,
 		observe: opts.Observe,
 	}
@@ -138,8 +140,9 @@ func (c *Client) report(endpoint, result string) {
 	}
 }
 
-// do sends one request (rawQuery is sent as is: Envoy takes bare flags such as "graceful") and returns the body of a 200 answer. Errors are wrapped with the endpoint;
-// ErrUnreachable is wrapped in when nothing listens at the address.
+// do sends one request (rawQuery is sent as is: Envoy takes bare flags such as "graceful") and returns the
+// body of a 2xx answer; any other status, a redirect included (never followed), is an error. Errors are
+// wrapped with the endpoint; ErrUnreachable is wrapped in when nothing listens at the address.
 func (c *Client) do(ctx context.Context, method, path, rawQuery string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
@@ -174,7 +177,7 @@ func (c *Client) do(ctx context.Context, method, path, rawQuery string) (string,
 		c.report(path, "error")
 		return "", fmt.Errorf("%s %s: answer larger than %d bytes", method, path, maxBody)
 	}
-	if resp.StatusCode != http.StatusOK {
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		c.report(path, fmt.Sprintf("http_%d", resp.StatusCode))
 		return "", fmt.Errorf("%s %s: status %d: %.200s", method, path, resp.StatusCode, strings.TrimSpace(string(body)))
 	}

@@ -317,18 +317,6 @@ func TestDrainListenersKeepAccepting(t *testing.T) {
 	})
 }
 
-// No Envoy behind the admin address from the start: release at the deadline with outcome error, exit 1.
-func TestAdminUnreachableFromStart(t *testing.T) {
-	p := start(t, "drain", "--admin-address", "http://127.0.0.1:1", "--min-drain-duration", "0s", "--drain-timeout", "2s")
-	f := p.finished(t, 10*time.Second)
-	if code := p.wait(t, 5*time.Second); code != 1 {
-		t.Errorf("exit code %d, want 1", code)
-	}
-	if f.Outcome != "error" || f.Duration < 2*time.Second || f.Duration > 3*time.Second {
-		t.Errorf("outcome %q after %s (%s); want error at the 2s deadline", f.Outcome, f.Duration, f.Reason)
-	}
-}
-
 // waitSent waits until a load has sent n requests.
 func waitSent(t *testing.T, l *testbed.Load, n int64) {
 	t.Helper()
