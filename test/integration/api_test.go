@@ -489,3 +489,27 @@ func TestDrainViaWithToken(t *testing.T) {
 		}
 	})
 }
+
+// run --listen with --metrics-listen: the agent's API and its metrics on separate sockets.
+func TestAgentMetricsListen(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		dir := shortTempDir(t)
+		sock, msock := "unix://"+filepath.Join(dir, "api.sock"), "unix://"+filepath.Join(dir, "metrics.sock")
+		e, _ := agent(t, bin, "--listen", sock, "--metrics-listen", msock)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if code, _, err := newAPI(sock).get(ctx, "/metrics"); err != nil || code != http.StatusNotFound {
+			t.Errorf("API /metrics = %d %v, want 404", code, err)
+		}
+		code, body, err := newAPI(msock).get(ctx, "/metrics")
+		if err != nil || code != 200 || !strings.Contains(body, "shutdown_manager_shutdown_waiters 0") {
+			t.Errorf("metrics socket /metrics = %d %v, want 200 with the API's metrics", code, err)
+		}
+		if err := e.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := exitOf(t, e, 30*time.Second); code != 0 {
+			t.Errorf("agent exit code %d, want 0", code)
+		}
+	})
+}
