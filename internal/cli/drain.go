@@ -18,6 +18,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
 // runDrain drains Envoy once and exits: 0 drained (or Envoy already gone), 1 timed out or failed.
@@ -148,7 +149,7 @@ func joinSidecar(ctx context.Context, c *viaClient, wait time.Duration, log *slo
 	defer cancel()
 	log = log.With("via", c.addr.String())
 	log.Info("joining the sidecar's drain", "wait", wait.String())
-	code, line, err := c.call(ctx, http.MethodPost, "/shutdown")
+	code, line, header, err := c.callHeader(ctx, http.MethodPost, "/shutdown")
 	switch {
 	case errors.Is(err, errSidecarUnreachable):
 		log.Warn("sidecar unreachable: draining envoy directly", "err", err)
@@ -165,10 +166,10 @@ func joinSidecar(ctx context.Context, c *viaClient, wait time.Duration, log *slo
 	case code == http.StatusOK:
 		log.Info("sidecar drained", "status", code, "reason", line)
 		return true, nil
-	case code == http.StatusServiceUnavailable:
-		log.Warn("sidecar's drain failed", "status", code, "reason", line)
+	case code == http.StatusServiceUnavailable && header.Get(server.OutcomeHeader) != "":
+		log.Warn("sidecar's drain failed", "status", code, "outcome", header.Get(server.OutcomeHeader), "reason", line)
 		return true, errReported
-	default: // 401, 404, 429, …: the sidecar did not take the call
+	default: // 401, 404, 429, a 503 that is no drain's result (the sidecar stopping): it did not take the call
 		log.Warn("sidecar refused the call: draining envoy directly", "status", code, "answer", line)
 		return false, nil
 	}

@@ -57,9 +57,15 @@ var errSidecarUnreachable = errors.New("sidecar unreachable")
 
 // call sends method path and returns the status and the first line of the answer. ctx bounds it all.
 func (c *viaClient) call(ctx context.Context, method, path string) (int, string, error) {
+	code, line, _, err := c.callHeader(ctx, method, path)
+	return code, line, err
+}
+
+// callHeader is call that also returns the answer's headers.
+func (c *viaClient) callHeader(ctx context.Context, method, path string) (int, string, http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
 	if err != nil {
-		return 0, "", fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, "", nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	req.Header.Set("User-Agent", "shutdown-manager/"+Version)
 	if c.token != "" {
@@ -73,13 +79,13 @@ func (c *viaClient) call(ctx context.Context, method, path string) (int, string,
 			errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)) {
 			err = fmt.Errorf("%w: %w", errSidecarUnreachable, err)
 		}
-		return 0, "", fmt.Errorf("%s %s: %w", method, path, err)
+		return 0, "", nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 	if err != nil {
-		return 0, "", fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
+		return 0, "", nil, fmt.Errorf("%s %s: reading the answer: %w", method, path, err)
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(body)), "\n")
-	return resp.StatusCode, line, nil
+	return resp.StatusCode, line, resp.Header, nil
 }

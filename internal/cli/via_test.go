@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
 // joinSidecar's decision for every kind of answer: the sidecar's result when it drained or failed, a
@@ -21,6 +23,9 @@ func TestJoinSidecar(t *testing.T) {
 			if r.Method != http.MethodPost || r.URL.Path != "/shutdown" || r.Header.Get("Authorization") != "Bearer tok" {
 				http.Error(w, "unexpected request", http.StatusTeapot)
 				return
+			}
+			if code == 200 || code == 503 {
+				w.Header().Set(server.OutcomeHeader, "x")
 			}
 			w.WriteHeader(code)
 			io.WriteString(w, body+"\n")
@@ -36,6 +41,9 @@ func TestJoinSidecar(t *testing.T) {
 		{"timeout", answer(503, "timeout: deadline 60s reached with 1 in flight"), true, errReported},
 		{"unauthorized", answer(401, "unauthorized"), false, nil},
 		{"busy", answer(429, "busy"), false, nil},
+		{"sidecar stopping", func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "shutdown manager stopping: drain engine stopped", http.StatusServiceUnavailable)
+		}, false, nil},
 		{"connection broken", func(w http.ResponseWriter, r *http.Request) {
 			c, _, _ := w.(http.Hijacker).Hijack()
 			c.Close()

@@ -28,6 +28,11 @@ type Engine interface {
 	Status() drain.Status
 }
 
+// OutcomeHeader is set on every /shutdown answer that is a drain's result (drained, timeout, …). A client
+// tells by it a drain that failed (503 with the header) from a 503 that is no drain's answer (the manager
+// stopping, a proxy in between): `drain --via` drains by itself on the latter.
+const OutcomeHeader = "Shutdown-Manager-Outcome"
+
 // DefaultMaxWaiters is the default cap on /shutdown callers waiting at once. Kubelet sends one request per
 // preStop hook, so a pod needs a handful; each waiter costs about 21 kB of memory (measured with
 // bench/waitercost: 128 waiters 16 MB RSS, 5,000 waiters 115 MB), so 128 of them stay within 4 MB.
@@ -170,6 +175,7 @@ func (a *api) shutdown(w http.ResponseWriter, r *http.Request) {
 	}
 	res := d.Result()
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set(OutcomeHeader, string(res.Outcome))
 	code := http.StatusOK
 	if !res.OK() {
 		code = http.StatusServiceUnavailable

@@ -168,8 +168,8 @@ func TestShutdownMethods(t *testing.T) {
 		t.Fatalf("after HEAD, PUT, DELETE, OPTIONS the engine is %s, want idle", st.Phase)
 	}
 	for _, method := range []string{http.MethodGet, http.MethodPost} {
-		if code, body, _ := do(t, method, srv.URL+"/shutdown", nil); code != 200 || !strings.HasPrefix(body, "drained") {
-			t.Errorf("%s /shutdown = %d %q, want 200 drained", method, code, body)
+		if code, body, h := do(t, method, srv.URL+"/shutdown", nil); code != 200 || !strings.HasPrefix(body, "drained") || h.Get(OutcomeHeader) != "drained" {
+			t.Errorf("%s /shutdown = %d %q (%s %q), want 200 drained", method, code, body, OutcomeHeader, h.Get(OutcomeHeader))
 		}
 	}
 	if code, _, _ := do(t, http.MethodGet, srv.URL+"/resume", nil); code != http.StatusMethodNotAllowed {
