@@ -28,6 +28,8 @@ type Admin interface {
 	Stats(ctx context.Context) (envoyadmin.Snapshot, error)
 	ServerState(ctx context.Context) (envoyadmin.ServerState, error)
 	HealthcheckOK(ctx context.Context) error
+	// ListenerConfig reads which HTTP managers each listener owns; see topologyReader for when.
+	ListenerConfig(ctx context.Context) (envoyadmin.Topology, error)
 }
 
 // ListenerDrain says whether, after failing health checks, the engine also starts Envoy's graceful listener drain.
@@ -386,6 +388,9 @@ func (e *Engine) Status() Status {
 	s := *e.status.Load()
 	if s.Listeners == nil {
 		s.Listeners = []ScopeCount{} // JSON []: no scope counted, not "unknown"
+	}
+	if s.Groups == nil {
+		s.Groups = []Group{}
 	}
 	if s.Started != nil && s.Outcome == "" {
 		s.Elapsed = Seconds(time.Since(*s.Started))
