@@ -32,6 +32,7 @@ func commands() []command {
 		{"serve", "run the sidecar: an HTTP API whose /shutdown drains Envoy (for preStop hooks)", runServe},
 		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed (for exec hooks and humans)", runDrain},
 		{"run", "run Envoy as a child (the agent): SIGTERM drains it, stops it, exits with its status", runRun},
+		{"resume", "make a drained Envoy live again (POST /healthcheck/ok), directly or through a serve API (--via)", runResume},
 		{"inject", "add the manager to the Envoy pods of Kubernetes manifests (-f FILE|-; YAML out)", runInject},
 		{"uninject", "remove what inject added from Kubernetes manifests (-f FILE|-; YAML out)", runUninject},
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
