@@ -118,6 +118,8 @@ type Engine struct {
 	// is never used after it.
 	resumed   atomic.Pointer[Resumed]
 	resumeGen atomic.Uint64
+
+	envoyState *envoyStateReader // for Status callers; not part of the drain's state
 }
 
 // stateCacheTTL is how long a non-LIVE answer of /server_info after a finished drain is reused. A flood of
@@ -147,7 +149,8 @@ func New(cfg Config, admin Admin, log *slog.Logger, metrics *Metrics) (*Engine, 
 		metrics = NewMetrics(nil)
 	}
 	e := &Engine{cfg: cfg, admin: admin, log: log, metrics: metrics,
-		triggers: make(chan triggerRequest), resumes: make(chan resumeRequest), stopped: make(chan struct{})}
+		triggers: make(chan triggerRequest), resumes: make(chan resumeRequest), stopped: make(chan struct{}),
+		envoyState: newEnvoyStateReader()}
 	e.status.Store(&Status{Phase: PhaseIdle, Open: Unknown, Listeners: []ScopeCount{}})
 	ch := make(chan struct{})
 	e.started.Store(&ch)

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 )
 
 // Engine is what the API needs of the drain engine (drain.Engine implements it).
@@ -26,6 +27,7 @@ type Engine interface {
 	Trigger(ctx context.Context, by drain.Caller) (*drain.Drain, error)
 	Resume(ctx context.Context, req drain.ResumeRequest) (drain.ResumeResult, error)
 	Status() drain.Status
+	EnvoyState(ctx context.Context) (envoyadmin.ServerState, error)
 }
 
 // OutcomeHeader is set on every /shutdown answer that is a drain's result (drained, timeout, …). A client
@@ -79,11 +81,20 @@ func New(engine Engine, opts Options) http.Handler {
 	// curl -I) must not drain the pod.
 	mux.HandleFunc("/shutdown", a.shutdown)
 	mux.HandleFunc("/resume", a.resume)
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st := engine.Status()
+		if st.Phase == drain.PhaseIdle {
+			// No drain has run in this process: say what Envoy itself is (DRAINING after a restart mid-drain).
+			if es, err := engine.EnvoyState(r.Context()); err != nil {
+				st.LastError = "reading envoy's state: " + err.Error()
+			} else {
+				st.EnvoyState = string(es)
+			}
+		}
 		w.Header().Set("Content-Type", "application/json")
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		_ = enc.Encode(engine.Status())
+		_ = enc.Encode(st)
 	})
 	if opts.Gatherer != nil {
 		mux.Handle("GET /metrics", MetricsHandler(opts.Gatherer))
