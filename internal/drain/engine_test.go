@@ -756,3 +756,16 @@ func TestStatusBeforeFirstPoll(t *testing.T) {
 		}
 	}
 }
+
+func TestSecondsAreMilliseconds(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		1234567891 * time.Nanosecond: "1.235",
+		2 * time.Second:              "2",
+		999 * time.Microsecond:       "0.001",
+		0:                            "0",
+	} {
+		if got, _ := json.Marshal(Seconds(d)); string(got) != want {
+			t.Errorf("Seconds(%s) = %s, want %s", d, got, want)
+		}
+	}
+}

@@ -73,7 +73,9 @@ type Seconds time.Duration
 
 // MarshalJSON writes the duration in seconds, with millisecond precision.
 func (s Seconds) MarshalJSON() ([]byte, error) {
-	return strconv.AppendFloat(nil, time.Duration(s).Round(time.Millisecond).Seconds(), 'f', -1, 64), nil
+	// Whole milliseconds divided once: Duration.Seconds adds the fraction separately (1.2349999999999999).
+	ms := time.Duration(s).Round(time.Millisecond) / time.Millisecond
+	return strconv.AppendFloat(nil, float64(ms)/1000, 'f', -1, 64), nil
 }
 
 // Status is a snapshot of the current or last drain, as GET /status shows it.
