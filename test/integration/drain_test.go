@@ -92,9 +92,11 @@ func TestActiveKeepAliveClients(t *testing.T) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		// Ten clients, each with one request of 200 ms in flight at any time: the work never pauses.
+		// Ten clients, each with one request of 1 s in flight at any time: the work never pauses. (With
+		// 200 ms requests a starved machine could leave all ten between a response and the next request —
+		// each response closes its connection — and the drain would rightly release then.)
 		loadCtx, stopLoad := context.WithCancel(ctx)
-		load := testbed.KeepAlive(loadCtx, e.HTTPAddr, 10, 0, "/sleep?d=200ms")
+		load := testbed.KeepAlive(loadCtx, e.HTTPAddr, 10, 0, "/sleep?d=1s")
 		_, a := serve(t, e, fast()...)
 		waitSent(t, load, 20)
 
