@@ -4,40 +4,45 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 )
 
 // bootstrap returns Envoy's bootstrap configuration (marshalled to JSON, which
 // Envoy reads like YAML) with the given admin block; see [Envoy] for what it
 // configures, plus the extra clusters and listeners opts asks for.
 func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any {
+	ingress := map[string]any{
+		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+		"stat_prefix": "ingress_http",
+		"codec_type":  "AUTO", // HTTP/1.1, and h2c with prior knowledge
+		"route_config": map[string]any{
+			"name": "all",
+			"virtual_hosts": []any{map[string]any{
+				"name":    "all",
+				"domains": []any{"*"},
+				"routes": []any{map[string]any{
+					"match": map[string]any{"prefix": "/"},
+					// timeout 0s disables the route timeout (default 15 s).
+					"route": map[string]any{"cluster": HTTPCluster, "timeout": "0s"},
+				}},
+			}},
+		},
+		"http_filters": []any{map[string]any{
+			"name":         "envoy.filters.http.router",
+			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+		}},
+	}
+	if opts.HTTPIdleTimeout > 0 {
+		ingress["common_http_protocol_options"] = map[string]any{"idle_timeout": durationJSON(opts.HTTPIdleTimeout)}
+	}
 	b := map[string]any{
 		"node":  map[string]any{"id": "testbed", "cluster": "testbed"},
 		"admin": admin,
 		"static_resources": map[string]any{
 			"listeners": []any{
 				listener(HTTPListener, map[string]any{
-					"name": "envoy.filters.network.http_connection_manager",
-					"typed_config": map[string]any{
-						"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-						"stat_prefix": "ingress_http",
-						"codec_type":  "AUTO", // HTTP/1.1, and h2c with prior knowledge
-						"route_config": map[string]any{
-							"name": "all",
-							"virtual_hosts": []any{map[string]any{
-								"name":    "all",
-								"domains": []any{"*"},
-								"routes": []any{map[string]any{
-									"match": map[string]any{"prefix": "/"},
-									// timeout 0s disables the route timeout (default 15 s).
-									"route": map[string]any{"cluster": HTTPCluster, "timeout": "0s"},
-								}},
-							}},
-						},
-						"http_filters": []any{map[string]any{
-							"name":         "envoy.filters.http.router",
-							"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-						}},
-					},
+					"name":         "envoy.filters.network.http_connection_manager",
+					"typed_config": ingress,
 				}),
 				listener(TCPListener, map[string]any{
 					"name": "envoy.filters.network.tcp_proxy",
@@ -132,4 +137,9 @@ func cluster(name, addr string) map[string]any {
 
 func socketAddress(host string, port int) map[string]any {
 	return map[string]any{"socket_address": map[string]any{"address": host, "port_value": port}}
+}
+
+// durationJSON is d in the JSON form of a protobuf Duration ("60s", "0.250s").
+func durationJSON(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }
