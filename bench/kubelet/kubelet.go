@@ -92,7 +92,8 @@ type ContainerResult struct {
 // Termination is a pod's termination in progress, started by [Terminate].
 type Termination struct {
 	hookDone map[string]chan struct{}
-	results  []ContainerResult
+	results  []ContainerResult // results[i].Hook is written before hookDone of container i is closed
+	index    map[string]int
 	done     chan struct{}
 }
 
@@ -100,13 +101,14 @@ type Termination struct {
 // acts as the end of the grace period. Every container's hook starts now; see the package comment for
 // the order.
 func Terminate(ctx context.Context, grace time.Duration, cs []Container) *Termination {
-	t := &Termination{hookDone: map[string]chan struct{}{}, results: make([]ContainerResult, len(cs)), done: make(chan struct{})}
+	t := &Termination{hookDone: map[string]chan struct{}{}, results: make([]ContainerResult, len(cs)),
+		index: map[string]int{}, done: make(chan struct{})}
 	graceCtx, cancel := context.WithTimeout(ctx, grace)
 	var wg sync.WaitGroup
 	for i, c := range cs {
 		hd := make(chan struct{})
-		t.hookDone[c.Name] = hd
-		wg.Go(func() { t.results[i] = stop(graceCtx, c, hd) })
+		t.hookDone[c.Name], t.index[c.Name] = hd, i
+		wg.Go(func() { stop(graceCtx, c, &t.results[i], hd) })
 	}
 	go func() {
 		wg.Wait()
@@ -119,6 +121,12 @@ func Terminate(ctx context.Context, grace time.Duration, cs []Container) *Termin
 // HookDone is closed when the named container's hook has returned (at once if it has none).
 func (t *Termination) HookDone(name string) <-chan struct{} { return t.hookDone[name] }
 
+// Hook returns how the named container's hook ended; call it once HookDone(name) is closed.
+func (t *Termination) Hook(name string) HookResult {
+	<-t.hookDone[name]
+	return t.results[t.index[name]].Hook
+}
+
 // Done is closed when every container has stopped (or been killed).
 func (t *Termination) Done() <-chan struct{} { return t.done }
 
@@ -129,14 +137,14 @@ func (t *Termination) Results() []ContainerResult {
 }
 
 // stop runs one container's termination: hook, SIGTERM, and SIGKILL at the end of the grace period.
-func stop(graceCtx context.Context, c Container, hookDone chan struct{}) ContainerResult {
-	res := ContainerResult{Name: c.Name}
+func stop(graceCtx context.Context, c Container, res *ContainerResult, hookDone chan struct{}) {
+	res.Name = c.Name
 	if c.PreStop != nil {
 		res.Hook = c.PreStop.Run(graceCtx)
 	}
 	close(hookDone)
 	if c.Main == nil {
-		return res
+		return
 	}
 	killCtx := graceCtx
 	if res.Hook.Kind == HookNeverReturned {
@@ -148,7 +156,7 @@ func stop(graceCtx context.Context, c Container, hookDone chan struct{}) Contain
 	select {
 	case <-c.Main.Exited():
 		res.Exited = time.Now() // it died during the hook (a sidecar's own failure)
-		return res
+		return
 	default:
 	}
 	res.SIGTERM = time.Now()
@@ -161,7 +169,6 @@ func stop(graceCtx context.Context, c Container, hookDone chan struct{}) Contain
 		c.Main.Signal(syscall.SIGKILL)
 		<-c.Main.Exited()
 	}
-	return res
 }
 
 // ExecHook is an exec preStop hook: a command run beside the container's process.
