@@ -407,42 +407,49 @@ def load_table(load, label, order, cap):
                   "verdict", "requests sent"], rows)
 
 
+def headline_cell(rs, key, cap, failed_key):
+    capped = sum(1 for r in rs if r["capped"])
+    xs = [r[key] for r in rs if not r["capped"] and r[key] >= 0]
+    parts = []
+    if failed_key:
+        parts.append(f"{sum(r[failed_key] for r in rs)} failed")
+    t = f"{fmt(med(xs), 1)} s" if xs else ""
+    if capped:
+        t = (t + ", " if t else "") + f"held past the cap ({cap:.0f} s) in {capped} of {len(rs)}"
+    parts.append(t)
+    parts.append(counts([r.get("hook", "") for r in rs]))
+    return "; ".join(parts)
+
+
 def headlines(res, label, cap):
     """A few lines for the top of the report, computed from the same data as the tables."""
     h = []
     load = res.get("load") or []
-    vtitle = {"pool-idle1h": "under load with an idle pool (Envoy's default idle timeout, 1 h)",
-              "pool-idle60s": "under load with an idle pool, Envoy idle_timeout 60 s (Contour's setting)",
-              "nopool-idle1h": "under load without the idle pool"}
-    for vname, _, _ in VARIANTS:
-        vl = [r for r in load if r.get("variant", "pool-idle1h") == vname]
-        if not vl:
-            continue
-        parts = []
-        for name in ("serve", "run", "plain", "fixed5s", "contour", "envoygateway"):
-            rs = [r for r in vl if r["policy"] == name]
-            if not rs:
-                continue
-            capped = sum(1 for r in rs if r["capped"])
-            term = [r["time_to_terminate_s"] for r in rs if not r["capped"] and r["time_to_terminate_s"] >= 0]
-            t = f"Envoy exited after {fmt(med(term), 1)} s (median)" if term else ""
-            if capped:
-                t = (t + ", " if t else "") + f"no release within the bench's {cap:.0f} s cap in {capped} of {len(rs)}"
-            hooks = counts([r.get("hook", "") for r in rs])
-            parts.append(f"{label[name]} {sum(r['failed'] for r in rs)} failed, {t}; Envoy's hook: {hooks}")
-        h.append(f"{vtitle[vname][0].upper()}{vtitle[vname][1:]}, {len(vl) // max(1, len(set(r['policy'] for r in vl)))} "
-                 f"run(s) each: " + "; ".join(parts) + ".")
     ne = res.get("noenvoy") or []
-    if ne:
-        parts = []
-        for name in ("serve", "contour", "envoygateway"):
-            rs = [r for r in ne if r["policy"] == name]
-            if not rs:
+    if load or ne:
+        cols = [(v, t) for v, t in (("pool-idle1h", "under load, idle pool, Envoy idle_timeout 1 h (default)"),
+                                    ("pool-idle60s", "under load, idle pool, idle_timeout 60 s (Contour's)"),
+                                    ("nopool-idle1h", "under load, no idle pool"))
+                if any(r.get("variant", "pool-idle1h") == v for r in load)]
+        rows = []
+        for name in ("plain", "fixed5s", "contour", "envoygateway", "serve", "run"):
+            if not any(r["policy"] == name for r in load + ne):
                 continue
-            rel = [r["release_s"] for r in rs if r["release_s"] >= 0]
-            t = f"released after {fmt(med(rel), 1)} s" if rel else "held the pod until the bench's cap"
-            parts.append(f"{label[name]} {t}, verdict {counts([r['sidecar'].get('claims') or '–' for r in rs])}")
-        h.append("No Envoy at all: " + "; ".join(parts) + ".")
+            row = [label[name]]
+            for v, _ in cols:
+                rs = [r for r in load if r["policy"] == name and r.get("variant", "pool-idle1h") == v]
+                row.append(headline_cell(rs, "time_to_terminate_s", cap, "failed") if rs else "–")
+            if ne:
+                rs = [r for r in ne if r["policy"] == name]
+                row.append(headline_cell(rs, "release_s", max(cap, 75), None) + "; " +
+                           counts([r["sidecar"].get("claims") or "–" for r in rs]) if rs else
+                           "n/a (runs Envoy itself)" if name == "run" else "n/a (nothing watches Envoy)")
+            rows.append(row)
+        hdr = ["policy"] + [t for _, t in cols] + (["no Envoy: release; Envoy's hook; verdict"] if ne else [])
+        runs = max([r["run"] for r in load + ne] or [0])
+        h.append(f"Failed requests; start of termination → Envoy's exit (median); what kubelet saw of Envoy's preStop "
+                 f"hook. Up to {runs} run(s) per cell; the bench's cap is {cap:.0f} s (no-Envoy: {max(cap, 75):.0f} s). "
+                 "Details and spreads below.\n\n" + table(hdr, rows) + "\n")
     for work, what in (("http", "one long request"), ("tcp", "one TCP connection")):
         lat = [r["latency_ms"] for r in res.get("latency") or []
                if r["policy"] == "serve" and r["work"] == work and r["latency_ms"] != -1]
@@ -486,7 +493,7 @@ def headlines(res, label, cap):
                  f"{sum(s['pool_fin'] for s in sc):,} FIN, {sum(s['pool_rst'] for s in sc)} RST.")
     if not h:
         return ""
-    return "## Headlines\n\n" + "\n".join("- " + x for x in h) + "\n"
+    return "## Headlines\n\n" + "\n".join(x if x.startswith("Failed requests;") else "- " + x for x in h) + "\n"
 
 
 def plot_series(out, res, label, order):

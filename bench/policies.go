@@ -223,10 +223,7 @@ func prepareServe(ctx context.Context, r *rig, tune tuning) (func(context.Contex
 		if code != 200 && code != 503 {
 			outcome = fmt.Sprintf("http %d: %s", code, body)
 		}
-		story := sidecarStory{Claims: fmt.Sprintf("success (answered %d %s)", code, outcome)}
-		if code != 200 {
-			story.Claims = fmt.Sprintf("failure (answered %d %s)", code, outcome)
-		}
+		story := sidecarStory{Claims: ourVerdict(outcome, fmt.Sprintf("answered %d", code))}
 		return releaseResult{at: time.Now(), outcome: outcome, hook: fmt.Sprintf("answered %d", code),
 			sidecar: func() sidecarStory { return story }}
 	}
@@ -246,13 +243,20 @@ func prepareRun(_ context.Context, r *rig, _ tuning) (func(context.Context) rele
 			return releaseResult{capped: true, hook: "no hook (agent)"}
 		}
 		at, outcome := drainFinished(r.e.LogPath)
-		story := sidecarStory{Exit: fmt.Sprintf("exit %d", r.e.Cmd.ProcessState.ExitCode()), Claims: "success (" + outcome + ")"}
-		if outcome != "drained" {
-			story.Claims = "failure (" + outcome + ")"
-		}
+		exit := fmt.Sprintf("exit %d", r.e.Cmd.ProcessState.ExitCode())
+		story := sidecarStory{Exit: exit, Claims: ourVerdict(outcome, exit)}
 		return releaseResult{at: at, outcome: outcome, hook: "no hook (agent)", sidecar: func() sidecarStory { return story }}
 	}
 	return release, nil, nil
+}
+
+// ourVerdict is the manager's own word on a drain: only "drained" claims a drained Envoy; envoy_gone,
+// timeout and error say what happened instead.
+func ourVerdict(outcome, how string) string {
+	if outcome == "drained" {
+		return "success (" + how + " drained)"
+	}
+	return outcome + " (" + how + ")"
 }
 
 // wrapperFor returns the testbed Wrapper that runs Envoy under `shutdown-manager run` for policy p.
