@@ -38,6 +38,7 @@ type config struct {
 	latencyTCP    int           // release-latency runs of ours (TCP)
 	peerRuns      int           // release-latency runs of each peer
 	idleRuns      int           // idle-termination runs per policy
+	noEnvoyRuns   int           // no-Envoy runs per sidecar policy
 	pollRuns      int           // polls per query and configuration
 	scaleRuns     int           // runs of the 10,000-connection scenario
 	scaleConns    int           // connections of the scale scenario
@@ -72,6 +73,7 @@ func main() {
 	flag.IntVar(&c.latencyTCP, "latency-tcp-runs", 20, "release-latency runs of ours, one TCP connection as the last work")
 	flag.IntVar(&c.peerRuns, "peer-latency-runs", 5, "release-latency runs of each peer")
 	flag.IntVar(&c.idleRuns, "idle-runs", 3, "idle-termination runs per policy")
+	flag.IntVar(&c.noEnvoyRuns, "noenvoy-runs", 2, "no-Envoy runs per sidecar policy (each peer's takes 60-75 s)")
 	flag.IntVar(&c.pollRuns, "poll-runs", 10, "polls per query and configuration")
 	flag.IntVar(&c.scaleRuns, "scale-runs", 3, "runs of the scale scenario")
 	flag.IntVar(&c.scaleConns, "scale-conns", 10000, "idle keep-alive connections of the scale scenario")
@@ -89,6 +91,7 @@ func main() {
 	c.commandLine = strings.Join(os.Args, " ")
 	if c.quick {
 		c.loadRuns, c.latencyRuns, c.latencyTCP, c.peerRuns, c.idleRuns, c.pollRuns, c.scaleRuns = 1, 5, 2, 1, 1, 2, 1
+		c.noEnvoyRuns = 1
 		c.scaleConns = min(c.scaleConns, 1000)
 		c.footIdle = 3 * time.Second
 		c.capAfter = min(c.capAfter, 15*time.Second)

@@ -242,7 +242,7 @@ type NoEnvoyRun struct {
 // Its cap is at least 75 s, so that a 60 s drain timeout shows as what it is, not as a cap.
 func scenarioNoEnvoy(ctx context.Context, c *config, res *Results) error {
 	capAfter := max(c.capAfter, 75*time.Second)
-	for run := 1; run <= c.idleRuns; run++ {
+	for run := 1; run <= c.noEnvoyRuns; run++ {
 		for _, p := range selectedPolicies(c) {
 			if p.agent || p.name == "plain" || p.name == "fixed5s" { // no sidecar, nothing that could notice
 				continue
