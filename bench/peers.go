@@ -72,9 +72,9 @@ func fileWaiter(ctx context.Context, file *atomic.Bool, interval time.Duration, 
 				sidecar: func() sidecarStory { return sidecarStory{Hook: "returned (model)", Claims: claims} }}
 		}
 		if !sleepCtx(ctx, interval) {
-			return releaseResult{capped: true, hook: "never returned",
+			return releaseResult{capped: true, hook: atCap,
 				sidecar: func() sidecarStory {
-					return sidecarStory{Hook: "never returned (model)", Claims: "no verdict (never returned)"}
+					return sidecarStory{Hook: atCap + " (model)", Claims: "none within the bench's cap"}
 				}}
 		}
 	}

@@ -52,6 +52,10 @@ type releaseResult struct {
 	sidecar func() sidecarStory
 }
 
+// atCap is the hook outcome of a policy still holding Envoy at the bench's cap: not "never returned",
+// which only a real grace period could show.
+const atCap = "still running at the bench's cap"
+
 // sidecarStory is what happened to a policy's own process during a termination.
 type sidecarStory struct {
 	Hook   string `json:"hook"`   // its exec preStop hook: "exit 0", "never returned"; "" without one
@@ -99,7 +103,7 @@ func allPolicies(c *config) []policy {
 					case <-t.C:
 						return releaseResult{at: time.Now(), outcome: "fixed", hook: "sleep returned"}
 					case <-ctx.Done():
-						return releaseResult{capped: true, hook: "never returned"}
+						return releaseResult{capped: true, hook: atCap}
 					}
 				}, nil, nil
 			},
@@ -215,7 +219,7 @@ func prepareServe(ctx context.Context, r *rig, tune tuning) (func(context.Contex
 		code, body, err := m.Shutdown(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return releaseResult{capped: true, hook: "never returned"}
+				return releaseResult{capped: true, hook: atCap}
 			}
 			return releaseResult{at: time.Now(), outcome: "error: " + err.Error(), hook: "no response"}
 		}

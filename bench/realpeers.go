@@ -178,17 +178,28 @@ func preparePod(bench context.Context, c *config, r *rig, spec podSpec) (func(co
 		go func() { <-term.Done(); hookLog.Close() }()
 		h := term.Hook("envoy")
 		rr := releaseResult{at: h.End, hook: h.String()}
-		if h.Kind == kubelet.HookNeverReturned {
+		cut := h.Kind == kubelet.HookNeverReturned
+		byCap := grace < spec.grace // the bench's cap, not the peer's grace period, ended the termination
+		if cut {
 			rr.capped = true
+			if byCap {
+				rr.hook = atCap
+			}
 		}
 		rr.sidecar = func() sidecarStory {
 			res := term.Results()[0]
 			st := sidecarStory{Hook: res.Hook.String(), Exit: sc.cmd.ExitStatus()}
+			if res.Hook.Kind == kubelet.HookNeverReturned && byCap {
+				st.Hook = atCap
+			}
 			if res.Killed {
 				st.Exit += " (SIGKILL at the grace end)"
 			}
 			_, ferr := os.Stat(spec.readyFile)
 			st.Claims = claims(res.Hook, h, ferr == nil)
+			if st.Claims == noVerdict && byCap {
+				st.Claims = "none within the bench's cap"
+			}
 			return st
 		}
 		switch {
@@ -226,8 +237,11 @@ func claims(sidecarHook, envoyHook kubelet.HookResult, readyWritten bool) string
 	case envoyHook.Kind == kubelet.HookAnswered:
 		return fmt.Sprintf("failure (answered %d)", envoyHook.Status)
 	}
-	return "no verdict (never returned)"
+	return noVerdict
 }
+
+// noVerdict: neither hook returned within the grace period.
+const noVerdict = "no verdict (never returned)"
 
 // prepareRealContour runs Contour's binary; r's Envoy has its admin on a unix socket (Contour's way).
 func prepareRealContour(bench context.Context, r *rig, _ tuning) (func(context.Context) releaseResult, func(), error) {
