@@ -22,7 +22,7 @@ import (
 // Timing of the peers, as documented.
 const (
 	contourInterval    = 5 * time.Second  // contour envoy shutdown --check-interval
-	contourFilePoll    = 1 * time.Second  // contour's /shutdown checks the ok file this often
+	contourFilePoll    = 1 * time.Second  // contour's /shutdown checks the ok file this often (see prepareContour)
 	egInterval         = 1 * time.Second  // Envoy Gateway polls this often
 	egMinDrain         = 10 * time.Second // --min-drain-duration
 	egDrainTimeout     = 60 * time.Second // --drain-timeout
@@ -103,9 +103,13 @@ func adminDo(ctx context.Context, r *rig, method, path string) ([]byte, error) {
 
 // prepareContour: `contour envoy shutdown` (the shutdown-manager container's exec preStop hook) and the
 // shutdown-manager's /shutdown (Envoy's httpGet preStop hook) run side by side when termination begins.
+// The release is when the hook writes its ok file and returns, not the handler's next 1 s look at the
+// file: in kubelet's order the sidecar gets SIGTERM as soon as its hook returns and, with no handler for
+// it, dies, which ends Envoy's hook (without an answer; the model does not claim that part).
 func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) releaseResult, func(), error) {
 	return func(ctx context.Context) releaseResult {
 		var ok atomic.Bool
+		written := make(chan struct{})
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() { // contour envoy shutdown
@@ -122,6 +126,7 @@ func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) 
 				if err == nil {
 					if open, _ := contourConnections(body); open <= 0 {
 						ok.Store(true) // the ok file
+						close(written)
 						return
 					}
 				}
@@ -130,6 +135,10 @@ func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) 
 				}
 			}
 		}()
+		select {
+		case <-written:
+		case <-ctx.Done():
+		}
 		return fileWaiter(ctx, &ok, contourFilePoll, func() string { return "drained" })
 	}, nil, nil
 }

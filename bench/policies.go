@@ -147,8 +147,8 @@ func contourPolicy(c *config) policy {
 	p.label, p.recreated = "Contour (re-created)", true
 	p.describe = "Re-created from its source: POST /healthcheck/fail, then every 5 s GET " +
 		"/stats/prometheus?filter=^http\\..*\\.downstream_cx_active$ summing envoy_http_downstream_cx_active over " +
-		"HTTP managers except admin (TCP proxy invisible); at <= 0 it writes its ok file, which the /shutdown " +
-		"handler checks every 1 s. No deadline (the bench caps it)."
+		"HTTP managers except admin (TCP proxy invisible); at <= 0 it writes its ok file and its hook returns, which ends Envoy's " +
+		"hook (kubelet stops the sidecar; its /shutdown handler would look at the file only within 1 s). No deadline (the bench caps it)."
 	p.prepare = prepareContour
 	return p
 }
