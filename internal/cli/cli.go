@@ -33,6 +33,7 @@ func commands() []command {
 		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed (for exec hooks and humans)", runDrain},
 		{"run", "run Envoy as a child (the agent): SIGTERM drains it, stops it, exits with its status", runRun},
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
+		{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)", runInstall},
 		{"version", "print the version", runVersion},
 	}
 }

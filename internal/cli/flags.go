@@ -28,8 +28,8 @@ func (f *countFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.admin, "admin-address", defaultAdmin, "Envoy's admin API: http://IP:PORT, IP:PORT (the same: plain HTTP) or unix:///path/admin.sock; an IP, not a name (localhost may resolve to ::1)")
 	fs.DurationVar(&f.adminTimeout, "admin-timeout", time.Second, "timeout of each admin API request")
 	fs.StringVar(&f.count, "count", string(drain.ModeInflight), "what counts as work in flight: inflight (HTTP requests + non-HTTP connections), connections (every downstream connection), requests (HTTP requests)")
-	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only matching ones count (repeatable)")
-	fs.Var(&f.exclude, "listener-exclude", "regular expression on stat scopes (listener.<addr>, http.<prefix>): matching ones do not count (repeatable)")
+	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only groups with a matching member count (repeatable)")
+	fs.Var(&f.exclude, "listener-exclude", "regular expression on stat scopes (listener.<addr>, http.<prefix>): groups with a matching member do not count (repeatable)")
 }
 
 const defaultAdmin = "http://127.0.0.1:9901"

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -22,6 +23,8 @@ type statusReport struct {
 	NonHTTPCx  int64              `json:"non_http_connections"`
 	Listeners  []drain.ScopeCount `json:"listeners"`
 	Excluded   []string           `json:"excluded,omitempty"`
+	Groups     []drain.Group      `json:"groups"`
+	CountBasis string             `json:"count_basis"`
 }
 
 // runStatus prints Envoy's state and the work in flight per listener and HTTP manager, counted as a drain would.
@@ -49,11 +52,23 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("reading envoy's stats: %w", err)
 	}
-	c := drain.Count(snap, mode, sel)
+	// Counted as a drain counts: with the listener configuration if it can be read, else by the rule without it.
+	var topo *envoyadmin.Topology
+	t, topoErr := client.ListenerConfig(ctx)
+	if topoErr == nil {
+		topo = &t
+	}
+	c := drain.Count(snap, topo, mode, sel)
+	if topoErr != nil {
+		c.Basis = "fallback: listener configuration unavailable: " + topoErr.Error()
+	}
 	rep := statusReport{Admin: addr.String(), EnvoyState: string(state), Count: mode, Open: c.Open,
-		NonHTTPCx: c.NonHTTPCx, Listeners: c.Scopes, Excluded: c.Excluded}
+		NonHTTPCx: c.NonHTTPCx, Listeners: c.Scopes, Excluded: c.Excluded, Groups: c.Groups, CountBasis: c.Basis}
 	if rep.Listeners == nil {
 		rep.Listeners = []drain.ScopeCount{}
+	}
+	if rep.Groups == nil {
+		rep.Groups = []drain.Group{}
 	}
 	if *output == "json" {
 		enc := json.NewEncoder(stdout)
@@ -62,18 +77,18 @@ func runStatus(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "envoy %s at %s\n\n", rep.EnvoyState, rep.Admin)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SCOPE\tCONNECTIONS\tREQUESTS")
-	for _, s := range rep.Listeners {
-		rq := ""
-		if strings.HasPrefix(s.Name, "http.") {
-			rq = fmt.Sprint(s.Requests)
+	// CONNECTIONS are the listeners', HTTP-CX their managers'; NON-HTTP is the difference, floored at 0.
+	fmt.Fprintln(tw, "GROUP\tSCOPES\tCONNECTIONS\tHTTP-CX\tREQUESTS\tNON-HTTP\tCOUNTED")
+	for i, g := range rep.Groups {
+		counted := "yes"
+		if g.Reason != "" {
+			counted = map[bool]string{true: "yes: ", false: "no: "}[g.Counted] + g.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\n", s.Name, s.Connections, rq)
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%d\t%s\n", i+1, strings.Join(append(slices.Clone(g.Listeners), g.Managers...), " "),
+			g.Connections, g.HTTPConnections, g.Requests, g.NonHTTP, counted)
 	}
 	tw.Flush()
 	fmt.Fprintf(stdout, "\nin flight (--count %s): %d  (non-HTTP connections: %d)\n", rep.Count, rep.Open, rep.NonHTTPCx)
-	if len(rep.Excluded) > 0 {
-		fmt.Fprintf(stdout, "not counted: %v\n", rep.Excluded)
-	}
+	fmt.Fprintf(stdout, "counted by: %s\n", rep.CountBasis)
 	return nil
 }

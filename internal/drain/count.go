@@ -2,6 +2,7 @@ package drain
 
 import (
 	"fmt"
+	"math"
 	"regexp"
 	"sort"
 	"strings"
@@ -35,7 +36,8 @@ func ParseMode(s string) (Mode, error) {
 
 // Selector chooses which listeners and HTTP connection managers count. Names are the stat scopes
 // "listener.<address or stat_prefix>" and "http.<stat_prefix>"; expressions match anywhere in the name
-// unless anchored. Envoy's admin listener and HTTP manager, and Envoy-internal listeners, never count.
+// unless anchored. With Envoy's listener configuration the choice applies to whole groups (see Count).
+// Envoy's admin listener and HTTP manager, and Envoy-internal listeners, never count.
 type Selector struct {
 	Include []*regexp.Regexp // if any, a name must match one of them
 	Exclude []*regexp.Regexp // a name matching any of them does not count
@@ -46,8 +48,17 @@ type Counts struct {
 	Open      int64        // what the mode counts: the number a drain waits to fall to its threshold
 	Scopes    []ScopeCount // every counted scope, sorted by name
 	Excluded  []string     // scopes left out by the Selector or as Envoy's own
-	NonHTTPCx int64        // connections of listeners that no HTTP manager accounts for (TCP proxy and others)
+	NonHTTPCx int64        // connections of counted groups that no HTTP manager accounts for (TCP proxy and others)
+	Groups    []Group      // every group, counted or not, sorted by its first member
+	Basis     string       // BasisListenerConfig, or "fallback: <why>"
 }
+
+// BasisListenerConfig is Counts.Basis when HTTP managers were attributed to listeners by Envoy's listener
+// configuration; otherwise the basis is "fallback: <why>" and the count is one sum over every counted scope.
+const BasisListenerConfig = "listener_config"
+
+// fallbackBasis is Count's basis without a topology; the engine puts the reason in its place.
+const fallbackBasis = "fallback: no listener configuration"
 
 // ScopeCount is one listener's or HTTP manager's gauges.
 type ScopeCount struct {
@@ -56,70 +67,319 @@ type ScopeCount struct {
 	Requests    int64  `json:"requests,omitempty"`
 }
 
-// builtin reports whether a scope is Envoy's own: the admin listener and its HTTP manager, and
-// internal listeners (Istio #60728: internal listeners never reach zero).
+// Group is listeners and HTTP managers counted as one: listeners that share an HTTP manager stat prefix,
+// with those managers. Its non-HTTP connections are its listeners' connections minus its managers'.
+type Group struct {
+	Listeners       []string `json:"listeners"`     // listener scopes
+	Managers        []string `json:"http_managers"` // HTTP manager scopes
+	Connections     int64    `json:"connections"`   // the listeners' downstream connections
+	HTTPConnections int64    `json:"http_connections"`
+	Requests        int64    `json:"requests"`             // the managers' requests in flight
+	NonHTTP         int64    `json:"non_http_connections"` // max(0, connections - http_connections)
+	Counted         bool     `json:"counted"`
+	// Reason says why a group is not counted, or why a counted one counts every connection (a listener
+	// the configuration read does not know).
+	Reason string `json:"reason,omitempty"`
+}
+
+// builtin reports whether a scope is Envoy's own by its name: the admin listener and its HTTP manager, and
+// internal listeners without a stat_prefix (Istio #60728: internal listeners never reach zero).
 func builtin(name string) bool {
 	switch name {
-	case "listener.admin", "http.admin":
+	case adminListener, adminManager:
 		return true
 	}
 	return strings.HasPrefix(name, "listener.envoy_internal")
 }
 
-func (s Selector) counts(name string) bool {
-	if builtin(name) {
-		return false
-	}
-	for _, re := range s.Exclude {
-		if re.MatchString(name) {
-			return false
+const (
+	adminListener = "listener.admin"
+	adminManager  = "http.admin"
+)
+
+// Reasons a group or scope does not count.
+const (
+	reasonBuiltin = "envoy's own: the admin, or internal listeners only"
+	reasonUnknown = "listener not in the listener configuration read: every connection counts"
+)
+
+// match returns the first of names that one of res matches, or "".
+func match(res []*regexp.Regexp, names ...string) string {
+	for _, n := range names {
+		for _, re := range res {
+			if re.MatchString(n) {
+				return n
+			}
 		}
 	}
-	if len(s.Include) == 0 {
-		return true
+	return ""
+}
+
+// exclusion returns why the selector leaves out a set of names (a scope, or a group's members), or "".
+func (s Selector) exclusion(names ...string) string {
+	if m := match(s.Exclude, names...); m != "" {
+		return "--listener-exclude matches " + m
 	}
-	for _, re := range s.Include {
-		if re.MatchString(name) {
-			return true
-		}
+	if len(s.Include) > 0 && match(s.Include, names...) == "" {
+		return "--listener-include matches none of its scopes"
 	}
-	return false
+	return ""
 }
 
 // Count applies a mode and a selector to a snapshot. It is pure.
 //
-// Envoy's stats do not say which HTTP manager belongs to which listener, so the connections no HTTP manager
-// owns are the counted listeners' connections minus the counted HTTP managers' connections, never below 0.
-func Count(snap envoyadmin.Snapshot, mode Mode, sel Selector) Counts {
-	var c Counts
-	var listenerCx, httpCx, httpRq int64
-	for name, v := range snap.Listeners {
-		if !sel.counts(name) {
-			c.Excluded = append(c.Excluded, name)
+// With topo (Envoy's listener configuration), listeners that share any HTTP manager stat prefix form one
+// group with those managers; a manager no listener owns, and a listener without one, are each a group of
+// their own. Per group, non-HTTP connections = max(0, listener connections - manager connections), so an
+// idle keep-alive connection cancels out where it is, and a TCP connection on one listener is never hidden
+// by HTTP connections on another. Exclusions and inclusions apply to whole groups: a group is left out if
+// any member matches --listener-exclude; with --listener-include, it counts if any member matches. A group
+// is Envoy's own (left out) if all its listeners are the admin's or internal listeners: an internal listener
+// and its HTTP manager leave together. An internal listener that shares a manager prefix with a normal
+// listener counts with it (its pooled idle connections cancel out against the manager's; its requests count).
+// The admin's HTTP manager is never attributed to a listener (an "admin" stat_prefix of a listener's manager
+// mixes with the admin's own stats, which always hold our poll). A listener the stats show but the topology
+// does not know (added since it was read) is a group of its own whose every connection counts.
+//
+// Without topo (nil: the configuration could not be read), every counted scope is one group: the counted
+// listeners' connections minus the counted managers' (the rule before listener configurations were read;
+// Basis says "fallback"). Every sum saturates at math.MaxInt64.
+func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel Selector) Counts {
+	g := newGrouping(snap, topo, sel)
+	c := Counts{Basis: BasisListenerConfig}
+	if topo == nil {
+		c.Basis = fallbackBasis
+	}
+	for _, members := range g.groups() {
+		grp, counted := g.judge(members, topo != nil, sel)
+		for _, n := range members {
+			for _, raw := range n.raw {
+				if !counted {
+					c.Excluded = append(c.Excluded, raw)
+					continue
+				}
+				sc := ScopeCount{Name: raw, Connections: n.rawCx[raw]}
+				if n.manager {
+					sc.Requests = n.rawRq[raw]
+				}
+				c.Scopes = append(c.Scopes, sc)
+			}
+		}
+		c.Groups = append(c.Groups, grp)
+		if !counted {
 			continue
 		}
-		listenerCx += v
-		c.Scopes = append(c.Scopes, ScopeCount{Name: name, Connections: v})
-	}
-	for name, g := range snap.HTTP {
-		if !sel.counts(name) {
-			c.Excluded = append(c.Excluded, name)
-			continue
+		c.NonHTTPCx = addSat(c.NonHTTPCx, grp.NonHTTP)
+		switch mode {
+		case ModeConnections:
+			c.Open = addSat(c.Open, grp.Connections)
+		case ModeRequests:
+			c.Open = addSat(c.Open, grp.Requests)
+		default:
+			c.Open = addSat(c.Open, addSat(grp.Requests, grp.NonHTTP))
 		}
-		httpCx += g.Connections
-		httpRq += g.Requests
-		c.Scopes = append(c.Scopes, ScopeCount{Name: name, Connections: g.Connections, Requests: g.Requests})
-	}
-	c.NonHTTPCx = max(0, listenerCx-httpCx)
-	switch mode {
-	case ModeConnections:
-		c.Open = listenerCx
-	case ModeRequests:
-		c.Open = httpRq
-	default:
-		c.Open = httpRq + c.NonHTTPCx
 	}
 	sort.Slice(c.Scopes, func(i, j int) bool { return c.Scopes[i].Name < c.Scopes[j].Name })
 	sort.Strings(c.Excluded)
+	sort.Slice(c.Groups, func(i, j int) bool { return c.Groups[i].first() < c.Groups[j].first() })
 	return c
+}
+
+func (g Group) first() string {
+	if len(g.Listeners) > 0 {
+		return g.Listeners[0]
+	}
+	if len(g.Managers) > 0 {
+		return g.Managers[0]
+	}
+	return ""
+}
+
+// addSat adds two non-negative counts, saturating at math.MaxInt64 rather than wrapping.
+func addSat(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// node is one listener or HTTP manager, keyed by its canonical scope (envoyadmin.CanonicalScope): Envoy
+// 1.36 and 1.40 write a ':' of a manager's stat_prefix differently. raw are the names the stats use for it.
+type node struct {
+	name       string
+	manager    bool
+	raw        []string
+	rawCx      map[string]int64
+	rawRq      map[string]int64
+	cx, rq     int64
+	builtin    bool // the admin's, or an internal listener
+	configured bool // in the topology
+	parent     *node
+}
+
+func (n *node) root() *node {
+	for n.parent != n {
+		n.parent = n.parent.parent
+		n = n.parent
+	}
+	return n
+}
+
+// grouping is a union-find of a snapshot's and a topology's scopes.
+type grouping struct {
+	nodes map[string]*node
+	order []*node // in insertion order, for determinism before sorting
+}
+
+func newGrouping(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, sel Selector) *grouping {
+	g := &grouping{nodes: map[string]*node{}}
+	if topo != nil {
+		for _, l := range topo.Listeners {
+			ln := g.node(l.Scope, false)
+			ln.configured = true
+			ln.builtin = ln.builtin || l.Internal
+			for _, h := range l.HTTP {
+				if envoyadmin.CanonicalScope(h) == adminManager {
+					continue
+				}
+				union(ln, g.node(h, true))
+			}
+		}
+	}
+	for name, v := range snap.Listeners {
+		g.gauge(name, false, v, 0)
+	}
+	for name, v := range snap.HTTP {
+		g.gauge(name, true, v.Connections, v.Requests)
+	}
+	if topo != nil {
+		// The admin's listener and manager go together (not in the topology: Envoy configures them itself).
+		if a, ok := g.nodes[key(adminListener, false)]; ok {
+			if m, ok := g.nodes[key(adminManager, true)]; ok {
+				union(a, m)
+			}
+		}
+	} else {
+		// The rule without a configuration: every scope the selector counts is in one group.
+		var first *node
+		for _, n := range g.order {
+			if n.builtin || sel.exclusion(n.raw...) != "" {
+				continue
+			}
+			if first == nil {
+				first = n
+			}
+			union(first, n)
+		}
+	}
+	return g
+}
+
+// key is a scope's key in grouping.nodes: its canonical name, listeners and managers apart (Envoy's names
+// never mix them, "listener." against "http.", but a Snapshot built by hand may).
+func key(scope string, manager bool) string {
+	if manager {
+		return "m" + envoyadmin.CanonicalScope(scope)
+	}
+	return "l" + envoyadmin.CanonicalScope(scope)
+}
+
+// node returns the node of a scope, creating it.
+func (g *grouping) node(scope string, manager bool) *node {
+	k := key(scope, manager)
+	n := g.nodes[k]
+	if n == nil {
+		name := envoyadmin.CanonicalScope(scope)
+		n = &node{name: name, manager: manager, builtin: builtin(name)}
+		n.parent = n
+		g.nodes[k] = n
+		g.order = append(g.order, n)
+	}
+	return n
+}
+
+// gauge adds a scope's gauges, as the stats name it, to its node. Negative values (never in Envoy's
+// gauges) count as 0.
+func (g *grouping) gauge(raw string, manager bool, cx, rq int64) {
+	n := g.node(raw, manager)
+	cx, rq = max(cx, 0), max(rq, 0)
+	if n.rawCx == nil {
+		n.rawCx, n.rawRq = map[string]int64{}, map[string]int64{}
+	}
+	n.raw = append(n.raw, raw)
+	n.rawCx[raw], n.rawRq[raw] = cx, rq
+	n.cx, n.rq = addSat(n.cx, cx), addSat(n.rq, rq)
+}
+
+func union(a, b *node) {
+	ra, rb := a.root(), b.root()
+	if ra != rb {
+		rb.parent = ra
+	}
+}
+
+// groups returns the members of every group, each group's in insertion order.
+func (g *grouping) groups() [][]*node {
+	idx := map[*node]int{}
+	var out [][]*node
+	for _, n := range g.order {
+		r := n.root()
+		i, ok := idx[r]
+		if !ok {
+			i = len(out)
+			idx[r] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], n)
+	}
+	return out
+}
+
+// judge sums a group's gauges and decides whether it counts.
+func (g *grouping) judge(members []*node, configured bool, sel Selector) (Group, bool) {
+	grp := Group{Listeners: []string{}, Managers: []string{}}
+	var names []string
+	listeners, builtinListeners, builtinManagers, unknown := 0, 0, 0, false
+	for _, n := range members {
+		display := n.name
+		if len(n.raw) == 1 {
+			display = n.raw[0] // as /stats shows it
+		}
+		names = append(names, n.raw...)
+		if display != n.name || len(n.raw) == 0 {
+			names = append(names, n.name)
+		}
+		if n.manager {
+			grp.Managers = append(grp.Managers, display)
+			grp.HTTPConnections = addSat(grp.HTTPConnections, n.cx)
+			grp.Requests = addSat(grp.Requests, n.rq)
+			if n.builtin {
+				builtinManagers++
+			}
+			continue
+		}
+		grp.Listeners = append(grp.Listeners, display)
+		grp.Connections = addSat(grp.Connections, n.cx)
+		listeners++
+		if n.builtin {
+			builtinListeners++
+		}
+		if configured && !n.configured && !n.builtin {
+			unknown = true
+		}
+	}
+	sort.Strings(grp.Listeners)
+	sort.Strings(grp.Managers)
+	grp.NonHTTP = max(0, grp.Connections-grp.HTTPConnections)
+	switch {
+	case listeners > 0 && builtinListeners == listeners, listeners == 0 && builtinManagers == len(members):
+		grp.Reason = reasonBuiltin
+	default:
+		grp.Reason = sel.exclusion(names...)
+	}
+	grp.Counted = grp.Reason == ""
+	if grp.Counted && unknown {
+		grp.Reason = reasonUnknown
+	}
+	return grp, grp.Counted
 }

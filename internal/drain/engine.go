@@ -26,6 +26,8 @@ type Admin interface {
 	DrainListeners(ctx context.Context, inboundOnly bool) error
 	Stats(ctx context.Context) (envoyadmin.Snapshot, error)
 	ServerState(ctx context.Context) (envoyadmin.ServerState, error)
+	// ListenerConfig reads which HTTP managers each listener owns; see topologyReader for when.
+	ListenerConfig(ctx context.Context) (envoyadmin.Topology, error)
 }
 
 // ListenerDrain says whether, after failing health checks, the engine also starts Envoy's graceful listener drain.
@@ -212,6 +214,9 @@ func (e *Engine) Status() Status {
 	s := *e.status.Load()
 	if s.Listeners == nil {
 		s.Listeners = []ScopeCount{} // JSON []: no scope counted, not "unknown"
+	}
+	if s.Groups == nil {
+		s.Groups = []Group{}
 	}
 	if s.Started != nil && s.Outcome == "" {
 		s.Elapsed = Seconds(time.Since(*s.Started))

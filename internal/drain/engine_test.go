@@ -33,6 +33,9 @@ type fakeAdmin struct {
 	hang      bool  // every call blocks until its context ends
 	fails     atomic.Int32
 	statsCall atomic.Int32
+	topoErr   error // returned by ListenerConfig when set
+	topoCall  int
+	added     string // a listener scope Stats shows and ListenerConfig does not
 }
 
 func newFake(inflight int64) *fakeAdmin {
@@ -80,10 +83,25 @@ func (f *fakeAdmin) Stats(ctx context.Context) (envoyadmin.Snapshot, error) {
 	if f.statsErr != nil {
 		return envoyadmin.Snapshot{}, f.statsErr
 	}
-	return envoyadmin.Snapshot{
+	snap := envoyadmin.Snapshot{
 		Listeners: map[string]int64{"listener.0.0.0.0_8080": f.inflight + 7, "listener.admin": 1},
 		HTTP:      map[string]envoyadmin.HTTPGauges{"http.ingress": {Connections: f.inflight + 7, Requests: f.inflight}},
-	}, nil
+	}
+	if f.added != "" {
+		snap.Listeners[f.added] = 0
+	}
+	return snap, nil
+}
+
+// ListenerConfig says the one listener of Stats owns the one HTTP manager; it is not recorded as an event.
+func (f *fakeAdmin) ListenerConfig(ctx context.Context) (envoyadmin.Topology, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.topoCall++
+	if f.topoErr != nil {
+		return envoyadmin.Topology{}, f.topoErr
+	}
+	return envoyadmin.Topology{Listeners: []envoyadmin.Listener{{Scope: "listener.0.0.0.0_8080", HTTP: []string{"http.ingress"}}}}, nil
 }
 
 func (f *fakeAdmin) ServerState(ctx context.Context) (envoyadmin.ServerState, error) {
@@ -560,7 +578,7 @@ func TestStatusBeforeFirstPoll(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"open":null`, `"listeners":[]`, `"state":"idle"`} {
+	for _, want := range []string{`"open":null`, `"listeners":[]`, `"groups":[]`, `"state":"idle"`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("status %s lacks %s", b, want)
 		}

@@ -82,6 +82,8 @@ type Status struct {
 	Open       OpenCount    `json:"open"` // what --count counts; null before the first poll
 	Listeners  []ScopeCount `json:"listeners"`
 	Excluded   []string     `json:"excluded,omitempty"`
+	Groups     []Group      `json:"groups"`                // how the last poll was counted, group by group ([] before it)
+	CountBasis string       `json:"count_basis,omitempty"` // "listener_config" or "fallback: <why>"
 	Started    *time.Time   `json:"started,omitempty"`
 	Deadline   *time.Time   `json:"deadline,omitempty"`
 	Elapsed    Seconds      `json:"elapsed_seconds"`
@@ -156,6 +158,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	}
 
 	// 3 and 4. Keep accepting for the minimum duration, then release once the work in flight is done.
+	topo := newTopologyReader(e.admin, log)
 	settled := time.Now().Add(cfg.MinDuration)
 	st.Phase = PhaseMinDuration
 	e.publish(ptr(st))
@@ -166,11 +169,12 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		st.Polls++
 		switch {
 		case err == nil:
-			c := Count(snap, cfg.Mode, cfg.Selector)
+			c := topo.count(ctx, snap, cfg.Mode, cfg.Selector)
 			if OpenCount(c.Open) != st.Open {
 				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
 			}
 			st.Open, st.Listeners, st.Excluded, st.LastError = OpenCount(c.Open), c.Scopes, c.Excluded, ""
+			st.Groups, st.CountBasis = c.Groups, c.Basis
 		case errors.Is(err, envoyadmin.ErrUnreachable):
 			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
 			st.LastError = err.Error()

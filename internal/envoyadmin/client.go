@@ -15,6 +15,8 @@ import (
 
 // maxBody bounds what is read of one admin answer. A filtered stats answer is a few kB even with
 // thousands of listeners; anything larger is not an answer to our query.
+// The listener configuration (ListenerConfig) is bounded by it too: 8 MiB is thousands of listeners with
+// their filter chains; a larger one is not read (the count then falls back) rather than held in memory.
 const maxBody = 8 << 20
 
 // Client calls Envoy's admin API. It is safe for concurrent use; every request has its own deadline.
@@ -119,6 +121,22 @@ func (c *Client) Stats(ctx context.Context) (Snapshot, error) {
 		return Snapshot{}, err
 	}
 	return s, nil
+}
+
+// ListenerConfig reads the listener configuration (GET /config_dump?mask=static_listeners,dynamic_listeners)
+// into a Topology. The read is bounded like every answer (maxBody): a larger configuration is an error, and
+// the caller counts without it rather than hold an unbounded copy of Envoy's configuration in memory.
+func (c *Client) ListenerConfig(ctx context.Context) (Topology, error) {
+	body, err := c.do(ctx, http.MethodGet, "/config_dump", ListenerConfigQuery)
+	if err != nil {
+		return Topology{}, err
+	}
+	t, err := ParseListenerConfig(strings.NewReader(body))
+	if err != nil {
+		c.report("/config_dump", "error")
+		return Topology{}, err
+	}
+	return t, nil
 }
 
 // ServerState reads Envoy's state from /server_info.

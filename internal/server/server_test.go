@@ -31,6 +31,9 @@ func (stuckAdmin) DrainListeners(context.Context, bool) error { return nil }
 func (stuckAdmin) Stats(context.Context) (envoyadmin.Snapshot, error) {
 	return envoyadmin.Snapshot{HTTP: map[string]envoyadmin.HTTPGauges{"http.ingress": {Connections: 1, Requests: 1}}}, nil
 }
+func (stuckAdmin) ListenerConfig(context.Context) (envoyadmin.Topology, error) {
+	return envoyadmin.Topology{}, nil
+}
 func (stuckAdmin) ServerState(context.Context) (envoyadmin.ServerState, error) {
 	return envoyadmin.StateDraining, nil
 }

@@ -9,8 +9,20 @@ import (
 
 // bootstrap returns Envoy's bootstrap configuration (marshalled to JSON, which
 // Envoy reads like YAML) with the given admin block; see [Envoy] for what it
-// configures, plus the extra clusters and listeners opts asks for.
-func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any {
+// configures, plus the extra clusters and listeners opts asks for, and a
+// file-based LDS at ldsPath unless it is "".
+func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string) map[string]any {
+	routes := []any{map[string]any{
+		"match": map[string]any{"prefix": "/"},
+		// timeout 0s disables the route timeout (default 15 s).
+		"route": map[string]any{"cluster": HTTPCluster, "timeout": "0s"},
+	}}
+	if opts.InternalListener {
+		routes = append([]any{map[string]any{
+			"match": map[string]any{"prefix": ViaInternalPath},
+			"route": map[string]any{"cluster": InternalCluster, "prefix_rewrite": "/", "timeout": "0s"},
+		}}, routes...)
+	}
 	ingress := map[string]any{
 		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
 		"stat_prefix": "ingress_http",
@@ -20,11 +32,7 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any 
 			"virtual_hosts": []any{map[string]any{
 				"name":    "all",
 				"domains": []any{"*"},
-				"routes": []any{map[string]any{
-					"match": map[string]any{"prefix": "/"},
-					// timeout 0s disables the route timeout (default 15 s).
-					"route": map[string]any{"cluster": HTTPCluster, "timeout": "0s"},
-				}},
+				"routes":  routes,
 			}},
 		},
 		"http_filters": []any{map[string]any{
@@ -44,14 +52,7 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any 
 					"name":         "envoy.filters.network.http_connection_manager",
 					"typed_config": ingress,
 				}),
-				listener(TCPListener, map[string]any{
-					"name": "envoy.filters.network.tcp_proxy",
-					"typed_config": map[string]any{
-						"@type":       "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
-						"stat_prefix": "tcp",
-						"cluster":     TCPCluster,
-					},
-				}),
+				listener(TCPListener, tcpProxy("tcp")),
 			},
 			"clusters": []any{
 				cluster(HTTPCluster, up.HTTPAddr),
@@ -67,7 +68,68 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options) map[string]any 
 		name := fmt.Sprintf("%s%d", ExtraListenerPrefix, i)
 		res["listeners"] = append(res["listeners"].([]any), listener(name, httpManager(name)))
 	}
+	if ldsPath != "" {
+		b["dynamic_resources"] = map[string]any{"lds_config": map[string]any{
+			"resource_api_version": "V3",
+			"path_config_source":   map[string]any{"path": ldsPath},
+		}}
+	}
+	if opts.InternalListener {
+		// Istio-style: the HTTP listener routes ViaInternalPath to a cluster whose one endpoint is an
+		// internal listener with its own HTTP manager; Envoy pools its connections to it.
+		b["bootstrap_extensions"] = []any{map[string]any{
+			"name":         "envoy.bootstrap.internal_listener",
+			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.bootstrap.internal_listener.v3.InternalListener"},
+		}}
+		internal := map[string]any{
+			"name":              InternalListener,
+			"internal_listener": map[string]any{},
+			"filter_chains":     []any{map[string]any{"filters": []any{httpManager(InternalListener)}}},
+		}
+		res["listeners"] = append(res["listeners"].([]any), internal)
+		c := cluster(InternalCluster, up.HTTPAddr)
+		c["load_assignment"] = map[string]any{
+			"cluster_name": InternalCluster,
+			"endpoints": []any{map[string]any{"lb_endpoints": []any{map[string]any{"endpoint": map[string]any{
+				"address": map[string]any{"envoy_internal_address": map[string]any{"server_listener_name": InternalListener}},
+			}}}}},
+		}
+		res["clusters"] = append(res["clusters"].([]any), c)
+	}
+	if opts.SharedPrefixListener {
+		l := listener(SharedPrefixListener, httpManager("ingress_http"))
+		res["listeners"] = append(res["listeners"].([]any), l)
+	}
+	if opts.MixedListener {
+		// No stat_prefix: its stats are named after its address, "listener.127.0.0.1_0" (the configured port).
+		l := map[string]any{
+			"name":    MixedListener,
+			"address": socketAddress("127.0.0.1", 0),
+			"filter_chains": []any{
+				map[string]any{
+					"filter_chain_match": map[string]any{"source_prefix_ranges": []any{
+						map[string]any{"address_prefix": MixedTCPSource, "prefix_len": 32},
+					}},
+					"filters": []any{tcpProxy("mixed_tcp")},
+				},
+				map[string]any{"filters": []any{httpManager(MixedListener + "_http")}},
+			},
+		}
+		res["listeners"] = append(res["listeners"].([]any), l)
+	}
 	return b
+}
+
+// tcpProxy returns a tcp_proxy filter with the given stat_prefix to TCPCluster.
+func tcpProxy(statPrefix string) map[string]any {
+	return map[string]any{
+		"name": "envoy.filters.network.tcp_proxy",
+		"typed_config": map[string]any{
+			"@type":       "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+			"stat_prefix": statPrefix,
+			"cluster":     TCPCluster,
+		},
+	}
 }
 
 // httpManager returns an http_connection_manager filter with the given
@@ -139,7 +201,7 @@ func socketAddress(host string, port int) map[string]any {
 	return map[string]any{"socket_address": map[string]any{"address": host, "port_value": port}}
 }
 
-// durationJSON is d in the JSON form of a protobuf Duration ("60s", "0.250s").
+// durationJSON is d in the JSON form of a protobuf Duration ("60s", "0.25s").
 func durationJSON(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -26,6 +27,26 @@ import (
 const (
 	HTTPListener = "ingress_http" // http_connection_manager, stat_prefix "ingress_http" ("http.ingress_http.*")
 	TCPListener  = "ingress_tcp"  // tcp_proxy, stat_prefix "tcp" ("tcp.tcp.*")
+)
+
+// Names of the listeners, cluster and path that Options.InternalListener, Options.SharedPrefixListener
+// and Options.MixedListener add.
+const (
+	// InternalListener is an internal listener (no stat_prefix: its stats are
+	// "listener.envoy_internal_internal_http.*") with an HTTP manager of stat_prefix "internal_http",
+	// reached through InternalCluster.
+	InternalListener = "internal_http"
+	InternalCluster  = "internal"
+	// ViaInternalPath is the path prefix HTTPListener routes to InternalCluster (the prefix is rewritten to "/").
+	ViaInternalPath = "/via-internal/"
+	// SharedPrefixListener is an HTTP listener (stats "listener.ingress_http_2.*") whose HTTP manager shares
+	// HTTPListener's stat_prefix "ingress_http".
+	SharedPrefixListener = "ingress_http_2"
+	// MixedListener has no stat_prefix (its stats are "listener.127.0.0.1_0.*", after its configured
+	// address) and two filter chains: connections from MixedTCPSource go to a tcp_proxy to TCPCluster,
+	// all others to an HTTP manager of stat_prefix "mixed_http".
+	MixedListener  = "mixed"
+	MixedTCPSource = "127.0.0.2"
 )
 
 // Names of the clusters in the bootstrap [Start] writes.
@@ -99,6 +120,17 @@ type Options struct {
 	// kernel-chosen ports, each named, with listener and HTTP manager
 	// stat_prefix, ExtraListenerPrefix+i and routing to HTTPCluster.
 	ExtraListeners int
+	// InternalListener adds the internal listener [InternalListener] with its own HTTP manager, reached by
+	// requests to HTTPListener under [ViaInternalPath] (as Istio's sidecars reach theirs).
+	InternalListener bool
+	// SharedPrefixListener adds the HTTP listener [SharedPrefixListener], whose HTTP manager shares the
+	// stat_prefix of HTTPListener's (as one "ingress_http" on ports 80 and 443 does).
+	SharedPrefixListener bool
+	// MixedListener adds the listener [MixedListener], whose filter chains mix an HTTP manager and a TCP proxy.
+	MixedListener bool
+	// DynamicListeners gives Envoy a file-based LDS (Dir/lds.json, without listeners at start), to which
+	// [Envoy.AddHTTPListener] adds listeners while it runs.
+	DynamicListeners bool
 	// Wrapper, if not empty, is a command that runs Envoy: Start runs
 	// Wrapper[0] with the arguments Wrapper[1:], then Envoy's path, then
 	// Envoy's arguments (for example a supervisor's `run ... --`); a relative
@@ -130,6 +162,8 @@ type Envoy struct {
 	AdminURL string
 	HTTPAddr string // "127.0.0.1:PORT" of the HTTP listener
 	TCPAddr  string // "127.0.0.1:PORT" of the TCP proxy listener
+	// ListenerAddrs maps the name of every listener with a socket address to its "127.0.0.1:PORT".
+	ListenerAddrs map[string]string
 	// Cmd is the running process. Use Signal, Wait, Exited and Stop rather than
 	// Cmd.Wait or Cmd.Process.Wait, which only one caller may use.
 	Cmd *exec.Cmd
@@ -144,6 +178,10 @@ type Envoy struct {
 	adminNet, adminAddr string // how to dial the admin interface
 	adminBase           string // URL prefix of admin requests over adminClient
 	adminClient         *http.Client
+
+	ldsPath string     // Dir/lds.json with Options.DynamicListeners
+	ldsMu   sync.Mutex // serialises AddHTTPListener
+	dynamic []any      // the listeners of lds.json
 
 	exited  chan struct{} // closed once the process is reaped
 	waitErr error         // result of Cmd.Wait; written before exited is closed
@@ -238,7 +276,13 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	}
 	args = append(args, opts.Args...)
 
-	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up, opts), "", "  ")
+	if opts.DynamicListeners {
+		e.ldsPath = filepath.Join(dir, "lds.json")
+		if err := e.writeLDS(); err != nil {
+			return nil, err
+		}
+	}
+	cfg, err := json.MarshalIndent(bootstrap(adminJSON, up, opts, e.ldsPath), "", "  ")
 	if err != nil {
 		return nil, err
 	}
@@ -387,11 +431,26 @@ func (e *Envoy) awaitReady(ctx context.Context, addrPath string) error {
 	}
 }
 
-// discoverListeners fills HTTPAddr and TCPAddr from GET /listeners?format=json.
+// discoverListeners fills HTTPAddr, TCPAddr and ListenerAddrs from GET /listeners?format=json.
 func (e *Envoy) discoverListeners(ctx context.Context) error {
-	body, err := e.AdminGet(ctx, "/listeners?format=json")
+	addrs, body, err := e.listenerAddrs(ctx)
 	if err != nil {
 		return err
+	}
+	e.ListenerAddrs = addrs
+	e.HTTPAddr, e.TCPAddr = addrs[HTTPListener], addrs[TCPListener]
+	if e.HTTPAddr == "" || e.TCPAddr == "" || strings.HasSuffix(e.HTTPAddr, ":0") || strings.HasSuffix(e.TCPAddr, ":0") {
+		return fmt.Errorf("/listeners lacks %s or %s with a port: %s", HTTPListener, TCPListener, body)
+	}
+	return nil
+}
+
+// listenerAddrs reads the "127.0.0.1:PORT" of every listener with a socket address from GET
+// /listeners?format=json, and returns the answer too.
+func (e *Envoy) listenerAddrs(ctx context.Context) (map[string]string, []byte, error) {
+	body, err := e.AdminGet(ctx, "/listeners?format=json")
+	if err != nil {
+		return nil, nil, err
 	}
 	var ls struct {
 		ListenerStatuses []struct {
@@ -405,22 +464,62 @@ func (e *Envoy) discoverListeners(ctx context.Context) error {
 		} `json:"listener_statuses"`
 	}
 	if err := json.Unmarshal(body, &ls); err != nil {
-		return fmt.Errorf("/listeners: %w", err)
+		return nil, body, fmt.Errorf("/listeners: %w", err)
 	}
+	addrs := map[string]string{}
 	for _, l := range ls.ListenerStatuses {
 		sa := l.LocalAddress.SocketAddress
-		addr := net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
-		switch l.Name {
-		case HTTPListener:
-			e.HTTPAddr = addr
-		case TCPListener:
-			e.TCPAddr = addr
+		if sa.Address == "" {
+			continue // an internal listener
+		}
+		addrs[l.Name] = net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
+	}
+	return addrs, body, nil
+}
+
+// AddHTTPListener adds, through the file-based LDS of Options.DynamicListeners, an HTTP listener on
+// 127.0.0.1 with a kernel-chosen port whose name, listener stat_prefix and HTTP manager stat_prefix are
+// name, routing to HTTPCluster; it waits (bounded by ctx) until Envoy serves it and returns its
+// "127.0.0.1:PORT". ListenerAddrs is not changed.
+func (e *Envoy) AddHTTPListener(ctx context.Context, name string) (string, error) {
+	if e.ldsPath == "" {
+		return "", errors.New("testbed: AddHTTPListener needs Options.DynamicListeners")
+	}
+	e.ldsMu.Lock()
+	defer e.ldsMu.Unlock()
+	l := listener(name, httpManager(name))
+	l["@type"] = "type.googleapis.com/envoy.config.listener.v3.Listener"
+	e.dynamic = append(e.dynamic, l)
+	if err := e.writeLDS(); err != nil {
+		return "", err
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		addrs, _, err := e.listenerAddrs(ctx)
+		if addr := addrs[name]; err == nil && addr != "" && !strings.HasSuffix(addr, ":0") {
+			return addr, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("testbed: listener %s not served: %w (last: %v)", name, ctx.Err(), err)
+		case <-tick.C:
 		}
 	}
-	if e.HTTPAddr == "" || e.TCPAddr == "" || strings.HasSuffix(e.HTTPAddr, ":0") || strings.HasSuffix(e.TCPAddr, ":0") {
-		return fmt.Errorf("/listeners lacks %s or %s with a port: %s", HTTPListener, TCPListener, body)
+}
+
+// writeLDS writes the dynamic listeners to ldsPath the way Envoy's file watch sees an update: to a
+// temporary file, then renamed over it.
+func (e *Envoy) writeLDS() error {
+	b, err := json.Marshal(map[string]any{"version_info": strconv.Itoa(len(e.dynamic)), "resources": append([]any{}, e.dynamic...)})
+	if err != nil {
+		return err
 	}
-	return nil
+	tmp := e.ldsPath + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, e.ldsPath)
 }
 
 func (e *Envoy) newAdminClient() *http.Client {

@@ -369,11 +369,20 @@ func classify(err error) string {
 // (error, or "mismatch") ends the connection and the generator. ctx or Stop
 // end it early; the round in flight then counts as Canceled.
 func TCPHold(ctx context.Context, addr string, hold time.Duration) *Load {
+	return TCPHoldFrom(ctx, "", addr, hold)
+}
+
+// TCPHoldFrom is [TCPHold] from the local IP address from (such as [MixedTCPSource]); "" lets the kernel choose.
+func TCPHoldFrom(ctx context.Context, from, addr string, hold time.Duration) *Load {
+	d := &net.Dialer{Timeout: RequestTimeout}
+	if from != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(from)}
+	}
 	return startLoad(ctx, 1, func(ctx context.Context, l *Load) {
 		ctx, cancel := context.WithTimeout(ctx, hold)
 		defer cancel()
 		l.update(func(r *Result) { r.Sent++ })
-		c, err := (&net.Dialer{Timeout: RequestTimeout}).DialContext(ctx, "tcp", addr)
+		c, err := d.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			l.finish(ctx, classify(err))
 			return

@@ -1,0 +1,243 @@
+package envoyadmin
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// listeners-many-<v>.json is GET /config_dump?mask=static_listeners,dynamic_listeners of a real Envoy running
+// testdata/many-bootstrap.json (static listeners of every naming rule) with testdata/many-lds.json as its
+// file LDS (three dynamic listeners, and "warm", whose routes never arrive: it stays warming);
+// stats-many-<v>.json is its /stats?filter=ActiveFilter&format=json&type=Gauges at the same time.
+func TestParseListenerConfigMany(t *testing.T) {
+	want := []Listener{
+		{Name: "uds", Scope: "listener./tmp/cnt/l.sock", HTTP: []string{"http.udsh"}},
+		{Name: "any", Scope: "listener.0.0.0.0_18102", HTTP: []string{"http.any"}},
+		{Name: "port0", Scope: "listener.127.0.0.1_0", HTTP: []string{"http.p0"}},
+		{Name: "noprefix", Scope: "listener.127.0.0.1_18001", HTTP: []string{"http.shared"}},
+		{Name: "mixed", Scope: "listener.127.0.0.1_18003", HTTP: []string{"http.defhttp", "http.mixhttp"}, NonHTTP: true},
+		{Name: "tcponly", Scope: "listener.127.0.0.1_18005", NonHTTP: true},
+		{Name: "udp", Scope: "listener.127.0.0.1_18006"},
+		{Name: "multiaddr", Scope: "listener.127.0.0.1_18007", HTTP: []string{"http.multi"}},
+		{Name: "dyn1", Scope: "listener.127.0.0.1_18203", HTTP: []string{"http.dynh"}},
+		{Name: "warm", Scope: "listener.127.0.0.1_18205", HTTP: []string{"http.warmh"}},
+		{Name: "ipv6", Scope: "listener.[__1]_18004", HTTP: []string{"http.v6"}}, // configured as 0:0:0:0:0:0:0:1
+		{Name: "v6any", Scope: "listener.[__]_18103", HTTP: []string{"http.v6any"}},
+		{Name: "colon", Scope: "listener.a_b", HTTP: []string{"http.h_x"}}, // stat_prefix "a:b", manager "h:x"
+		{Name: "dyntcp", Scope: "listener.dt", NonHTTP: true},
+		{Name: "dynint", Scope: "listener.envoy_internal_dynint", Internal: true, HTTP: []string{"http.dynint"}},
+		{Name: "internal_l", Scope: "listener.envoy_internal_internal_l", Internal: true, HTTP: []string{"http.inthttp"}},
+		{Name: "internal_pfx", Scope: "listener.ipfx", Internal: true, NonHTTP: true},
+		{Name: "withprefix", Scope: "listener.myprefix", HTTP: []string{"http.shared"}},
+	}
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo := parseFixture(t, "testdata/listeners-many-"+v+".json")
+			if !reflect.DeepEqual(topo.Listeners, want) {
+				t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", topo.Listeners, want)
+			}
+			// Every scope of the real stats is one the config names; every listener the config names has
+			// stats, except the one still warming.
+			snap := statsFixture(t, "testdata/stats-many-"+v+".json")
+			checkScopes(t, topo, snap, "listener.127.0.0.1_18205")
+		})
+	}
+}
+
+// listeners-<v>.json and stats-topology-<v>.json are the testbed's Envoy with every topology option, written
+// by `go test ./test/integration -run TestListenerConfigMatchesStats -update`.
+func TestParseListenerConfigTestbed(t *testing.T) {
+	want := []Listener{
+		{Name: "mixed", Scope: "listener.127.0.0.1_0", HTTP: []string{"http.mixed_http"}, NonHTTP: true},
+		{Name: "internal_http", Scope: "listener.envoy_internal_internal_http", Internal: true, HTTP: []string{"http.internal_http"}},
+		{Name: "ingress_http", Scope: "listener.ingress_http", HTTP: []string{"http.ingress_http"}},
+		{Name: "ingress_http_2", Scope: "listener.ingress_http_2", HTTP: []string{"http.ingress_http"}},
+		{Name: "ingress_tcp", Scope: "listener.ingress_tcp", NonHTTP: true},
+	}
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo := parseFixture(t, "testdata/listeners-"+v+".json")
+			if !reflect.DeepEqual(topo.Listeners, want) {
+				t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", topo.Listeners, want)
+			}
+			checkScopes(t, topo, statsFixture(t, "testdata/stats-topology-"+v+".json"))
+		})
+	}
+}
+
+func parseFixture(t *testing.T, path string) Topology {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	topo, err := ParseListenerConfig(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return topo
+}
+
+func statsFixture(t *testing.T, path string) Snapshot {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s, err := ParseStats(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// checkScopes fails unless the scopes of snap (canonical, Envoy's admin apart) are exactly the topology's,
+// but for the listener scopes in noStats.
+func checkScopes(t *testing.T, topo Topology, snap Snapshot, noStats ...string) {
+	t.Helper()
+	var fromConfig, fromStats []string
+	for _, l := range topo.Listeners {
+		if !slices.Contains(noStats, l.Scope) {
+			fromConfig = append(fromConfig, l.Scope)
+		}
+		fromConfig = append(fromConfig, l.HTTP...)
+	}
+	for name := range snap.Listeners {
+		fromStats = append(fromStats, CanonicalScope(name))
+	}
+	for name := range snap.HTTP {
+		fromStats = append(fromStats, CanonicalScope(name))
+	}
+	fromConfig = append(fromConfig, "listener.admin", "http.admin")
+	slices.Sort(fromConfig)
+	fromConfig = slices.Compact(fromConfig)
+	slices.Sort(fromStats)
+	if !slices.Equal(fromConfig, fromStats) {
+		t.Errorf("scopes from the config:\n%v\nscopes in the stats:\n%v", fromConfig, fromStats)
+	}
+}
+
+func TestParseListenerConfig(t *testing.T) {
+	const hcm = `{"@type":"` + hcmType + `","stat_prefix":"%s"}`
+	tests := []struct {
+		name    string
+		in      string
+		want    []Listener
+		wantErr bool
+	}{
+		{"no listeners", `{"configs":[]}`, []Listener{}, false},
+		{"other dumps ignored", `{"configs":[{"@type":"type.googleapis.com/envoy.admin.v3.ClustersConfigDump"}]}`, []Listener{}, false},
+		{"not JSON", `configs`, nil, true},
+		{"no configs", `{}`, nil, true},
+		{"a draining and an active version merge",
+			`{"configs":[{"dynamic_listeners":[{"name":"l","active_state":{"listener":{"name":"l","stat_prefix":"l","filter_chains":[{"filters":[{"typed_config":` + strings.Replace(hcm, "%s", "new", 1) + `}]}]}},` +
+				`"draining_state":{"listener":{"name":"l","stat_prefix":"l","filter_chains":[{"filters":[{"typed_config":{"@type":"x.TcpProxy"}}]},{"filters":[{"typed_config":` + strings.Replace(hcm, "%s", "old", 1) + `}]}]}}}]}]}`,
+			[]Listener{{Name: "l", Scope: "listener.l", HTTP: []string{"http.new", "http.old"}, NonHTTP: true}}, false},
+		{"the terminal filter decides; a chain without filters is not HTTP",
+			`{"configs":[{"static_listeners":[{"listener":{"name":"l","address":{"socket_address":{"address":"10.0.0.1","port_value":"80"}},"filter_chains":[{"filters":[{"typed_config":` + strings.Replace(hcm, "%s", "h", 1) + `},{"typed_config":{"@type":"x.Redis"}}]},{}]}}]}]}`,
+			[]Listener{{Name: "l", Scope: "listener.10.0.0.1_80", NonHTTP: true}}, false},
+		{"a listener without a stat scope is left out",
+			`{"configs":[{"static_listeners":[{"listener":{"name":"api","filter_chains":[{"filters":[{"typed_config":` + strings.Replace(hcm, "%s", "h", 1) + `}]}]}}]}]}`,
+			[]Listener{}, false},
+		{"a typed struct or ECDS filter is not known to be HTTP",
+			`{"configs":[{"static_listeners":[{"listener":{"name":"l","stat_prefix":"s","filter_chains":[{"filters":[{"config_discovery":{}}]}]}}]}]}`,
+			[]Listener{{Name: "l", Scope: "listener.s", NonHTTP: true}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseListenerConfig(strings.NewReader(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, want error %t", err, tt.wantErr)
+			}
+			if err == nil && !reflect.DeepEqual(got.Listeners, tt.want) {
+				t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", got.Listeners, tt.want)
+			}
+		})
+	}
+}
+
+// The client reads the listener configuration with the listeners-only query, and never more than maxBody.
+func TestClientListenerConfig(t *testing.T) {
+	fixture, err := os.ReadFile("testdata/listeners-1.40.0.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var query string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		query = r.URL.Path + "?" + r.URL.RawQuery
+		w.Write(fixture)
+	}))
+	defer srv.Close()
+	addr, _ := ParseAddress(srv.URL)
+	c := New(addr, Options{Timeout: 5 * time.Second})
+	topo, err := c.ListenerConfig(context.Background())
+	if err != nil || len(topo.Listeners) != 5 {
+		t.Fatalf("ListenerConfig = %+v, %v; want the 5 listeners of the fixture", topo, err)
+	}
+	if want := "/config_dump?" + ListenerConfigQuery; query != want {
+		t.Errorf("request %q, want %q", query, want)
+	}
+
+	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(`{"configs":[{"static_listeners":[`))
+		chunk := []byte(strings.Repeat(`{"listener":{"name":"x","stat_prefix":"x"}},`, 1000))
+		for written := 0; written <= maxBody; written += len(chunk) {
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	defer big.Close()
+	addr, _ = ParseAddress(big.URL)
+	c = New(addr, Options{Timeout: 5 * time.Second})
+	if _, err := c.ListenerConfig(context.Background()); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("ListenerConfig of an answer over %d bytes: err = %v, want too large", maxBody, err)
+	}
+}
+
+func FuzzParseListenerConfig(f *testing.F) {
+	for _, p := range []string{"testdata/listeners-1.36.2.json", "testdata/listeners-many-1.40.0.json"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte(`{"configs":[{"dynamic_listeners":[{"name":"n","warming_state":{"listener":{"internal_listener":{},"default_filter_chain":{"filters":[{"typed_config":{"@type":"` + hcmType + `","stat_prefix":"a:b"}}]}}}}]}]}`))
+	f.Add([]byte(`{"configs":[{"static_listeners":[{"listener":{"address":{"socket_address":{"address":"fe80::1%eth0","port_value":1}}}}]}]}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		topo, err := ParseListenerConfig(strings.NewReader(string(b)))
+		if err != nil {
+			return
+		}
+		for i, l := range topo.Listeners {
+			if !strings.HasPrefix(l.Scope, "listener.") || strings.Contains(l.Scope, ":") {
+				t.Errorf("listener scope %q", l.Scope)
+			}
+			if i > 0 && topo.Listeners[i-1].Scope >= l.Scope {
+				t.Errorf("scopes not sorted and unique: %q then %q", topo.Listeners[i-1].Scope, l.Scope)
+			}
+			if !slices.IsSorted(l.HTTP) || len(slices.Compact(slices.Clone(l.HTTP))) != len(l.HTTP) {
+				t.Errorf("HTTP scopes not sorted and unique: %q", l.HTTP)
+			}
+			for _, h := range l.HTTP {
+				if !strings.HasPrefix(h, "http.") || len(h) == len("http.") || strings.Contains(h, ":") {
+					t.Errorf("HTTP manager scope %q", h)
+				}
+			}
+		}
+		again, _ := ParseListenerConfig(strings.NewReader(string(b)))
+		if !reflect.DeepEqual(topo, again) {
+			t.Errorf("not deterministic: %+v then %+v", topo, again)
+		}
+	})
+}

@@ -1,0 +1,202 @@
+// Command build builds shutdown-manager's image (see package image) and writes it under -out, pushes it, or
+// both. `make image` and `make image-push` run it; it needs Go and, for the defaults, git.
+//
+//	go run ./internal/image/build -out dist                      # dist/image.tar + dist/image-oci/
+//	go run ./internal/image/build -push registry.example/sm:v1   # the multi-arch index, with your credentials
+//
+// Defaults: -version from `git describe --tags --always --dirty` (as the Makefile's VERSION), -revision from
+// `git rev-parse HEAD`, -created from SOURCE_DATE_EPOCH, else the last commit's time.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "image build:", err)
+		os.Exit(1)
+	}
+}
+
+// config is the validated command line.
+type config struct {
+	out      string   // directory for the tar and the layout; none when empty
+	push     string   // registry reference to push the index to; none when empty
+	name     string   // the tag in the tar and the layout (IMAGE, else shutdown-manager:VERSION)
+	tarArch  string   // the architecture written to the tar
+	arches   []string // the index's architectures
+	metadata image.Metadata
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseConfig(ctx, args)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	log.Info("compiling", "version", cfg.metadata.Version, "arches", strings.Join(cfg.arches, ","))
+	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: cfg.metadata.Version, Arches: cfg.arches})
+	if err != nil {
+		return err
+	}
+	idx, err := image.NewIndex(cfg.metadata, bins)
+	if err != nil {
+		return err
+	}
+	digest, err := idx.Digest()
+	if err != nil {
+		return fmt.Errorf("hashing the index: %w", err)
+	}
+	log.Info("built index", "digest", digest.String(), "created", cfg.metadata.Created.UTC().Format(time.RFC3339),
+		"revision", cfg.metadata.Revision)
+	if cfg.out != "" {
+		if err := writeDist(cfg, idx, log); err != nil {
+			return err
+		}
+	}
+	if cfg.push != "" {
+		ref, err := image.Push(ctx, cfg.push, idx, authn.DefaultKeychain)
+		if err != nil {
+			return err
+		}
+		log.Info("pushed", "image", cfg.push)
+		fmt.Fprintln(stdout, ref.String())
+	}
+	return nil
+}
+
+func writeDist(cfg config, idx v1.ImageIndex, log *slog.Logger) error {
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return fmt.Errorf("making %s: %w", cfg.out, err)
+	}
+	img, err := image.ImageFor(idx, cfg.tarArch)
+	if err != nil {
+		return err
+	}
+	tarPath := filepath.Join(cfg.out, "image.tar")
+	if err := image.WriteArchive(tarPath, cfg.name, img); err != nil {
+		return err
+	}
+	log.Info("wrote docker archive", "path", tarPath, "name", cfg.name, "arch", cfg.tarArch)
+	layoutDir := filepath.Join(cfg.out, "image-oci")
+	if err := image.WriteLayout(layoutDir, cfg.name, idx); err != nil {
+		return err
+	}
+	log.Info("wrote OCI layout", "path", layoutDir, "name", cfg.name)
+	return nil
+}
+
+func parseConfig(ctx context.Context, args []string) (config, error) {
+	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	out := fs.String("out", "", "write DIR/image.tar (docker archive, -tar-arch) and DIR/image-oci (OCI layout, every arch)")
+	push := fs.String("push", "", "push the multi-arch index to this reference (registry/name:tag)")
+	imgName := fs.String("name", "", "the image name in the tar and the layout (default shutdown-manager:VERSION)")
+	tarArch := fs.String("tar-arch", runtime.GOARCH, "architecture of the docker archive")
+	arches := fs.String("arches", "amd64,arm64", "architectures of the index (GOARCH values)")
+	version := fs.String("version", "", "version stamped into the binary and the labels (default: git describe)")
+	revision := fs.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
+	created := fs.Int64("created", -1, "creation time, Unix seconds (default: SOURCE_DATE_EPOCH, else the last commit's time)")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected argument %q", strings.Join(fs.Args(), " "))
+	}
+	if *out == "" && *push == "" {
+		return config{}, errors.New("nothing to do: give -out DIR, -push REF or both")
+	}
+	var err error
+	if *version == "" {
+		if *version, err = gitOutput(ctx, "describe", "--tags", "--always", "--dirty"); err != nil {
+			return config{}, err
+		}
+	}
+	if *revision == "" {
+		if *revision, err = gitOutput(ctx, "rev-parse", "HEAD"); err != nil {
+			return config{}, err
+		}
+	}
+	if *created < 0 {
+		if *created, err = sourceDateEpoch(ctx); err != nil {
+			return config{}, err
+		}
+	}
+	if *imgName == "" {
+		*imgName = "shutdown-manager:" + *version
+	}
+	cfg := config{
+		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","),
+		metadata: image.Metadata{Version: *version, Revision: *revision, Created: time.Unix(*created, 0)},
+	}
+	return cfg, nil
+}
+
+// sourceDateEpoch is SOURCE_DATE_EPOCH (reproducible-builds.org's convention), else the last commit's time.
+func sourceDateEpoch(ctx context.Context) (int64, error) {
+	s := os.Getenv("SOURCE_DATE_EPOCH")
+	if s == "" {
+		var err error
+		if s, err = gitOutput(ctx, "log", "-1", "--format=%ct"); err != nil {
+			return 0, err
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("reading the creation time: %q is not Unix seconds", s)
+	}
+	return n, nil
+}
+
+// moduleRoot is the directory of the main module's go.mod (not git's top level: a source tarball has none).
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", fmt.Errorf("running go env GOMOD: %w", err)
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("not inside the shutdown-manager module: run from its directory")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func gitOutput(ctx context.Context, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "git", args...).Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+		}
+		return "", fmt.Errorf("running git %s: %w", strings.Join(args, " "), err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}

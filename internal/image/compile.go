@@ -1,0 +1,64 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+)
+
+// VersionVar is the variable `-ldflags -X` stamps with the version (the Makefile's LDFLAGS name it too).
+const VersionVar = "github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version"
+
+// MainPackage is the command the image holds, relative to the module's root.
+const MainPackage = "./cmd/shutdown-manager"
+
+// LDFlags returns the linker flags of `make build` for version: no symbol table or DWARF (-s -w), the
+// version stamped.
+func LDFlags(version string) string { return "-s -w -X " + VersionVar + "=" + version }
+
+// CompileConfig says what Compile builds.
+type CompileConfig struct {
+	ModuleDir string   // the module's root (where go.mod is)
+	Version   string   // stamped into the binary
+	Arches    []string // GOARCH values, each built for GOOS=linux
+	Go        string   // the go command; "go" when empty
+}
+
+// Compile builds MainPackage as `make build` does (CGO_ENABLED=0, -trimpath, LDFlags; plus -buildvcs=false)
+// once per arch, and returns the binaries in the order of c.Arches. The output depends only on the sources,
+// the flags and the Go toolchain, which is what makes the image reproducible.
+func Compile(ctx context.Context, c CompileConfig) ([]Binary, error) {
+	goCmd := c.Go
+	if goCmd == "" {
+		goCmd = "go"
+	}
+	tmp, err := os.MkdirTemp("", "shutdown-manager-build-")
+	if err != nil {
+		return nil, fmt.Errorf("making a build directory: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	var bins []Binary
+	for _, arch := range c.Arches {
+		out := filepath.Join(tmp, "shutdown-manager-"+arch)
+		// -buildvcs=false: the binary must not depend on whether a .git directory is present (a source
+		// tarball, the Dockerfile's context); the revision is in the image's labels.
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(c.Version), "-o", out, MainPackage)
+		cmd.Dir = c.ModuleDir
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stderr, &stderr
+		if err := cmd.Run(); err != nil {
+			return nil, fmt.Errorf("building for linux/%s (%s): %w: %s", arch, strings.Join(cmd.Args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		}
+		data, err := os.ReadFile(out)
+		if err != nil {
+			return nil, fmt.Errorf("reading the binary for linux/%s: %w", arch, err)
+		}
+		bins = append(bins, Binary{Arch: arch, Data: data})
+	}
+	return bins, nil
+}
