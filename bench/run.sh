@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: installs Envoy, builds bin/shutdown-manager, runs the benchmark (bench/main.go) against a
 # real Envoy over loopback, then plots: bench/results/{results.json,load_series.csv,*.png,REPORT.md}.
-# Takes about 30 minutes on a 2-CPU machine. Arguments are passed to the Go program, for example
-#   bench/run.sh -quick                   # a smoke test of every scenario and table (about 12 minutes)
+# Takes about 35–40 minutes on a 2-CPU machine. Arguments are passed to the Go program, for example
+#   bench/run.sh -quick                   # a smoke test of every scenario and table (about 8 minutes)
 #   bench/run.sh -scenarios latency,idle  # some scenarios only
 #   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
 #   CONTOUR_BIN=~/src/contour/contour ENVOY_GATEWAY_BIN=~/src/gateway/bin/envoy-gateway bench/run.sh
