@@ -1,6 +1,8 @@
 // Command bench measures how Envoy terminates under each shutdown policy: a plain SIGTERM, a fixed wait,
-// the peers' policies (Contour's and Envoy Gateway's shutdown managers, re-created in this program from
-// their documented behaviour), and the shutdown manager as `serve` (preStop hook) and as `run` (agent).
+// the peers' policies (Contour's and Envoy Gateway's shutdown managers: their real binaries when the user
+// gives them, -contour-bin and -envoy-gateway-bin, run in kubelet's order by package kubelet; else
+// re-created in this program from their source), and the shutdown manager as `serve` (preStop hook) and
+// as `run` (agent).
 //
 // It drives a real Envoy over loopback only, writes raw results to -out (results.json and
 // load_series.csv), and leaves the tables and pictures to bench/plot.py. Run it with bench/run.sh

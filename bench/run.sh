@@ -45,7 +45,8 @@ if [ "$(ulimit -n)" -lt 10200 ]; then
 fi
 
 mkdir -p "$out"
-export BENCH_COMMAND="make bench${*:+ (bench/run.sh $*)}"
+peer_env="${CONTOUR_BIN:+CONTOUR_BIN=$CONTOUR_BIN }${ENVOY_GATEWAY_BIN:+ENVOY_GATEWAY_BIN=$ENVOY_GATEWAY_BIN }"
+export BENCH_COMMAND="${peer_env}make bench${*:+ (bench/run.sh $*)}"
 status=0
 go run ./bench -manager bin/shutdown-manager -out "$out" "$@" || status=$?
 if [ -f "$out/results.json" ]; then
