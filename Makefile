@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push envoy demo bench test unit fuzz vet clean
+.PHONY: all build image image-push envoy kube demo bench test unit fuzz vet clean deploy
 
 all: build
 
@@ -27,6 +27,12 @@ image-push:
 envoy:
 	./scripts/install-envoy.sh
 
+# kube-apiserver, etcd and kubectl for test/kube (Kubernetes itself checks our manifests), built from the Go module
+# proxy at the versions tools/go.mod pins, into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/kube/<versions>/bin.
+# Nothing to do once built; cold, several minutes (the README has figures). KUBE_BIN_DIR overrides in tests.
+kube:
+	./scripts/kube-binaries.sh >/dev/null
+
 # A real Envoy under load, terminated twice: plain SIGTERM, then through the shutdown manager.
 demo: envoy build
 	$(GO) run ./demo
@@ -38,8 +44,9 @@ demo: envoy build
 bench:
 	./bench/run.sh $(BENCH_ARGS)
 
-# Everything CI runs: vet, unit and real-Envoy integration tests with -race (both pinned Envoy versions), fuzzing.
-test: envoy vet unit fuzz
+# Everything CI runs: vet, unit and real-Envoy integration tests with -race (both pinned Envoy versions), the
+# manifests checked by a real kube-apiserver, fuzzing.
+test: envoy kube vet unit fuzz
 
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
@@ -51,6 +58,12 @@ unit:
 # Each fuzz target briefly (FUZZTIME each); the seed corpora also run in `unit`.
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml (a test
+# checks they are up to date), and the golden files of internal/inject.
+deploy:
+	$(GO) test ./internal/cli -run TestDeployExamples -update
+	$(GO) test ./internal/inject -run TestInjectGolden -update
 
 clean:
 	rm -rf bin dist .tools

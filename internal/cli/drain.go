@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,10 +18,16 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
 // runDrain drains Envoy once and exits: 0 drained (or Envoy already gone), 1 timed out or failed.
 // SIGINT or SIGTERM stop the wait (exit 1); Envoy stays draining.
+//
+// With --via it joins the drain of a serve sidecar instead (the sidecar mode's exec hook) and exits as
+// the sidecar answers; when the sidecar gives no usable answer (not running, restarting, refusing the
+// call) it drains Envoy itself with the same flags: a hook never skips the drain because of its
+// surroundings.
 func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
 	var df drainFlags
@@ -28,8 +35,19 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	df.register(fs)
 	lf.register(fs)
 	progress := fs.String("progress", "auto", "live progress line on stderr: auto (when stderr is a terminal), always, never")
+	via := fs.String("via", "", "join the drain of a serve sidecar at this address (unix:///path/api.sock or http://IP:PORT) through /shutdown and wait for its answer, at most --drain-timeout plus 5s; if the sidecar cannot be reached, drain Envoy directly with these flags")
+	tokenFile := fs.String("token-file", "", "with --via: send the secret in this file as \"Authorization: Bearer <secret>\" (the sidecar's --token-file)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
+	}
+	var sidecar *viaClient
+	if *via != "" {
+		var err error
+		if sidecar, err = newViaClient(*via, ""); err != nil {
+			return usagef("--via: %v", err)
+		}
+	} else if *tokenFile != "" {
+		return usagef("--token-file needs --via")
 	}
 	cfg, addr, err := df.config()
 	if err != nil {
@@ -50,9 +68,6 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closeLog()
-	if !isFlagSet(fs, "admin-address") {
-		addr = adminOfRunningEnvoy(addr, log)
-	}
 
 	// SIGINT or SIGTERM stop the wait; the drain's reason names the signal.
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -67,6 +82,25 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		case <-ctx.Done():
 		}
 	}()
+	by := drain.Caller{Method: "command drain"}
+	if sidecar != nil {
+		if *tokenFile != "" {
+			// A token that cannot be read is a runtime condition of the pod: the call goes without it, the
+			// sidecar answers 401, and the hook drains by itself.
+			token, err := readToken(*tokenFile)
+			if err != nil {
+				log.Warn("cannot read --token-file; calling the sidecar without it", "err", err)
+			}
+			sidecar.token = token
+		}
+		if joined, err := joinSidecar(ctx, sidecar, cfg.Timeout+viaMargin, log); joined {
+			return err
+		}
+		by.Method = "command drain (sidecar fallback)"
+	}
+	if !isFlagSet(fs, "admin-address") { // only now: with a sidecar that answers, Envoy's admin is not ours to find
+		addr = adminOfRunningEnvoy(addr, log)
+	}
 	metrics := drain.NewMetrics(nil)
 	engine, err := drain.New(cfg, df.client(addr, metrics), log, metrics)
 	if err != nil {
@@ -75,7 +109,7 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	engineCtx, stopEngine := context.WithCancelCause(ctx)
 	defer stopEngine(nil)
 	go func() { _ = engine.Run(engineCtx) }()
-	d, err := engine.Trigger(ctx)
+	d, err := engine.Trigger(ctx, by)
 	if err != nil {
 		return fmt.Errorf("starting the drain: %w", err)
 	}
@@ -101,6 +135,44 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return errReported
 	}
 	return nil
+}
+
+// viaMargin is what drain --via waits beyond --drain-timeout for the sidecar's answer: the sidecar
+// answers at its own deadline at the latest, plus the time its answer takes to come.
+const viaMargin = 5 * time.Second
+
+// joinSidecar joins the sidecar's drain and waits at most wait for its answer. joined is false when the
+// sidecar gave no usable answer and the caller must drain by itself; otherwise err is the command's result
+// (nil: drained).
+func joinSidecar(ctx context.Context, c *viaClient, wait time.Duration, log *slog.Logger) (joined bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	log = log.With("via", c.addr.String())
+	log.Info("joining the sidecar's drain", "wait", wait.String())
+	code, line, header, err := c.callHeader(ctx, http.MethodPost, "/shutdown")
+	switch {
+	case errors.Is(err, errSidecarUnreachable):
+		log.Warn("sidecar unreachable: draining envoy directly", "err", err)
+		return false, nil
+	case err != nil && ctx.Err() != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		log.Error("sidecar did not answer in time", "wait", wait.String(), "err", err)
+		return true, errReported
+	case err != nil && ctx.Err() != nil:
+		log.Warn("stopped waiting for the sidecar", "err", err)
+		return true, errReported
+	case err != nil:
+		log.Warn("calling the sidecar failed: draining envoy directly", "err", err)
+		return false, nil
+	case code == http.StatusOK:
+		log.Info("sidecar drained", "status", code, "reason", line)
+		return true, nil
+	case code == http.StatusServiceUnavailable && header.Get(server.OutcomeHeader) != "":
+		log.Warn("sidecar's drain failed", "status", code, "outcome", header.Get(server.OutcomeHeader), "reason", line)
+		return true, errReported
+	default: // 401, 404, 429, a 503 that is no drain's result (the sidecar stopping): it did not take the call
+		log.Warn("sidecar refused the call: draining envoy directly", "status", code, "answer", line)
+		return false, nil
+	}
 }
 
 // showUntilDone redraws one progress line on a terminal until the drain releases.

@@ -3,16 +3,13 @@ package cli
 import (
 	"context"
 	"log/slog"
-	"net"
 	"runtime"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
 // stack is what a long-running front end (serve, run) builds around the engine: the admin client, the
@@ -52,32 +49,4 @@ func buildInfo() prometheus.Collector {
 	})
 	g.Set(1)
 	return g
-}
-
-// startAPI serves the HTTP API on la until the returned function is called; that function lets pending
-// requests (a /shutdown whose drain has released) finish for up to 5s.
-func startAPI(la listenAddress, s *stack, log *slog.Logger) (addr string, errs <-chan error, stop func(), err error) {
-	ln, err := la.listen()
-	if err != nil {
-		return "", nil, nil, err
-	}
-	srv := server.NewHTTPServer(server.New(s.engine, s.reg, log))
-	ch := make(chan error, 1)
-	go func() { ch <- srv.Serve(ln) }()
-	stop = func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if err := srv.Shutdown(ctx); err != nil {
-			log.Warn("closing the API", "err", err)
-		}
-	}
-	return listenText(ln), ch, stop, nil
-}
-
-// listenText is the address a listener really bound (the port chosen for ":0"), as --listen takes it.
-func listenText(ln net.Listener) string {
-	if ln.Addr().Network() == "unix" {
-		return "unix://" + ln.Addr().String()
-	}
-	return ln.Addr().String()
 }

@@ -41,7 +41,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 }
 
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}, {"inject", "-h"}, {"uninject", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
 			t.Errorf("%v: exit %d, stdout %d bytes; want 0 and help on stdout", args, code, stdout.Len())

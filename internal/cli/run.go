@@ -30,12 +30,14 @@ type runConfig struct {
 	envoyArgs   []string // argv, envoyArgs[0] as given
 	stopTimeout time.Duration
 	listen      *listenAddress // nil: no API
+	api         apiConfig
 }
 
 // runFlags are `run`'s flags: the drain flags and its own.
 type runFlags struct {
 	drainFlags
 	log         logFlags
+	api         apiFlags
 	stopTimeout time.Duration
 	listen      string
 	grace       time.Duration
@@ -44,8 +46,9 @@ type runFlags struct {
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.drainFlags.register(fs)
 	f.log.register(fs)
+	f.api.register(fs)
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", 5*time.Second, "after the drain, wait this long for Envoy to exit after POST /quitquitquit, then SIGTERM, then SIGKILL 1s later")
-	fs.StringVar(&f.listen, "listen", "", "also serve the HTTP API (/healthz, /shutdown, /status, /metrics) here: [IP]:PORT or unix:///path (default: no API)")
+	fs.StringVar(&f.listen, "listen", "", "also serve the HTTP API (/healthz, /shutdown, /status, /metrics) here: [IP]:PORT (an IP literal; no IP: all interfaces) or unix:///path (default: no API)")
 	fs.DurationVar(&f.grace, "termination-grace-period", 0, "the pod's terminationGracePeriodSeconds: when given and --drain-timeout is not, the drain timeout is this minus --stop-timeout minus 2s")
 }
 
@@ -117,6 +120,12 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (runConfig, erro
 		}
 		cfg.listen = &la
 	}
+	if cfg.api, err = f.api.config(); err != nil {
+		return runConfig{}, err
+	}
+	if cfg.listen == nil && (f.api.metricsListen != "" || f.api.tokenFile != "") {
+		return runConfig{}, usagef("--metrics-listen and --token-file need --listen")
+	}
 	return cfg, nil
 }
 
@@ -173,14 +182,14 @@ func runAgent(cfg runConfig, df *drainFlags, log *slog.Logger) error {
 	defer s.stop(nil)
 	var apiErrs <-chan error
 	if cfg.listen != nil {
-		bound, errs, stopAPI, err := startAPI(*cfg.listen, s, log)
+		apis, err := startAPI(*cfg.listen, cfg.api, s, log)
 		if err != nil {
 			log.Error("cannot listen", "listen", cfg.listen.String(), "err", err)
 			return errReported
 		}
-		defer stopAPI()
-		apiErrs = errs
-		log.Info("serving", "listen", bound)
+		defer apis.stop()
+		apiErrs = apis.errs
+		log.Info("serving", "listen", apis.listen, "metrics_listen", apis.metricsListen, "token", cfg.api.token != "")
 	}
 
 	var released <-chan struct{} // the drain's Done, once one runs
@@ -212,7 +221,7 @@ func runAgent(cfg runConfig, df *drainFlags, log *slog.Logger) error {
 				}
 			case released == nil:
 				log.Info("signal received; draining envoy", "signal", sig.String())
-				d, err := s.engine.Trigger(context.Background())
+				d, err := s.engine.Trigger(context.Background(), signalCaller(sig))
 				if err != nil {
 					released = closedChan
 					break

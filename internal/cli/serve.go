@@ -2,12 +2,9 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"strings"
@@ -22,6 +19,7 @@ import (
 type serveConfig struct {
 	drain       drain.Config
 	listen      listenAddress
+	api         apiConfig
 	triggerWait time.Duration
 }
 
@@ -29,9 +27,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var df drainFlags
 	var lf logFlags
+	var af apiFlags
 	df.register(fs)
 	lf.register(fs)
-	listen := fs.String("listen", ":8090", "where the API listens: [IP]:PORT or unix:///path/api.sock")
+	af.register(fs)
+	listen := fs.String("listen", ":8090", "where the API listens: [IP]:PORT (an IP literal; no IP: all interfaces) or unix:///path/api.sock")
 	triggerWait := fs.Duration("trigger-wait", 3*time.Second, "after SIGTERM with no drain running, wait this long for a /shutdown that may be on its way, then exit")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
@@ -47,12 +47,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if *triggerWait < 0 {
 		return usagef("--trigger-wait must not be negative")
 	}
+	acfg, err := af.config()
+	if err != nil {
+		return err
+	}
+	if acfg.metrics != nil && *acfg.metrics == la && !strings.HasSuffix(la.addr, ":0") { // port 0: two ports chosen
+		return usagef("--metrics-listen must differ from --listen")
+	}
 	log, closeLog, err := lf.logger(stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	cfg := serveConfig{drain: dcfg, listen: la, triggerWait: *triggerWait}
+	cfg := serveConfig{drain: dcfg, listen: la, api: acfg, triggerWait: *triggerWait}
 	return serve(ctx, cfg, &df, addr, log)
 }
 
@@ -69,15 +76,16 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 		return err
 	}
 	defer s.stop(nil)
-	bound, serveErr, stopAPI, err := startAPI(cfg.listen, s, log)
+	apis, err := startAPI(cfg.listen, cfg.api, s, log)
 	if err != nil {
 		log.Error("cannot listen", "listen", cfg.listen.String(), "err", err)
 		return errReported
 	}
-	log.Info("serving", "listen", bound, "admin_address", addr.String(), "version", Version)
+	log.Info("serving", "listen", apis.listen, "metrics_listen", apis.metricsListen, "token", cfg.api.token != "",
+		"admin_address", addr.String(), "version", Version)
 
 	select {
-	case err := <-serveErr:
+	case err := <-apis.errs:
 		log.Error("serving failed", "err", err)
 		return errReported
 	case <-ctx.Done():
@@ -88,12 +96,12 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 			// Cut the drain short first, so that its waiters are answered (503, "canceled by SIGTERM …")
 			// before the API closes; then exit 1: this process left before its drain released.
 			s.stop(signalCause(second))
-			stopAPI()
+			apis.stop()
 			log.Warn("exiting before the drain released", "signal", second.String(), "drain_reason", s.engine.Status().Reason)
 			return errReported
 		}
 	}
-	stopAPI()
+	apis.stop()
 	log.Info("exiting")
 	return nil
 }
@@ -105,8 +113,8 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signal, log *slog.Logger) os.Signal {
 	next := engine.NextStart()
 	d := engine.Running()
-	if d == nil && engine.Status().Phase == drain.PhaseReleased {
-		return nil // this pod's drain is over: no trigger is on its way
+	if st := engine.Status(); d == nil && st.Phase == drain.PhaseReleased && st.Resumed == nil {
+		return nil // this pod's drain is over (and was not undone by a resume): no trigger is on its way
 	}
 	if d == nil {
 		timer := time.NewTimer(wait)
@@ -132,37 +140,4 @@ func awaitRelease(engine *drain.Engine, wait time.Duration, sigs <-chan os.Signa
 		log.Warn("second signal: canceling the drain", "signal", s.String())
 		return s
 	}
-}
-
-// listenAddress is a TCP address or a unix socket path.
-type listenAddress struct{ network, addr string }
-
-func parseListen(s string) (listenAddress, error) {
-	if path, ok := strings.CutPrefix(s, "unix://"); ok {
-		if !strings.HasPrefix(path, "/") {
-			return listenAddress{}, fmt.Errorf("%q: a unix socket needs an absolute path, as in unix:///run/shutdown-manager.sock", s)
-		}
-		return listenAddress{"unix", path}, nil
-	}
-	if _, port, err := net.SplitHostPort(s); err != nil || port == "" {
-		return listenAddress{}, fmt.Errorf("%q: want [IP]:PORT or unix:///path", s)
-	}
-	return listenAddress{"tcp", s}, nil
-}
-
-func (l listenAddress) String() string {
-	if l.network == "unix" {
-		return "unix://" + l.addr
-	}
-	return l.addr
-}
-
-// listen opens the listener; a unix socket left behind by an earlier process is replaced.
-func (l listenAddress) listen() (net.Listener, error) {
-	if l.network == "unix" {
-		if err := os.Remove(l.addr); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("removing stale socket: %w", err)
-		}
-	}
-	return net.Listen(l.network, l.addr)
 }

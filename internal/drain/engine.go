@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,7 @@ type Admin interface {
 	DrainListeners(ctx context.Context, inboundOnly bool) error
 	Stats(ctx context.Context) (envoyadmin.Snapshot, error)
 	ServerState(ctx context.Context) (envoyadmin.ServerState, error)
+	HealthcheckOK(ctx context.Context) error
 	// ListenerConfig reads which HTTP managers each listener owns; see topologyReader for when.
 	ListenerConfig(ctx context.Context) (envoyadmin.Topology, error)
 }
@@ -92,23 +94,48 @@ func (c Config) Validate() error {
 
 // Engine runs at most one drain at a time. Triggers are idempotent: every caller during a drain gets the
 // same Drain. Once a drain has finished, a new trigger starts a new drain only if Envoy is LIVE again
-// (its container restarted); otherwise it gets the finished drain. The engine never drains by itself.
+// (its container restarted, or a resume); otherwise it gets the finished drain. The engine never drains by
+// itself.
+//
+// One goroutine (Run) owns the choice between starting, joining and answering with the finished drain.
+// It never waits for Envoy: the state check after a finished drain runs on its own goroutine, one at a
+// time, shared by every trigger that arrives meanwhile, and a non-LIVE answer is kept for stateCacheTTL.
 type Engine struct {
 	cfg      Config
 	admin    Admin
 	log      *slog.Logger
 	metrics  *Metrics
-	triggers chan chan *Drain
+	triggers chan triggerRequest
+	resumes  chan resumeRequest
 	stopped  chan struct{}
 
 	// Written by the owner goroutine (Run) when a drain starts, and by that drain's goroutine after.
 	status  atomic.Pointer[Status]
 	running atomic.Pointer[Drain]
+	last    atomic.Pointer[Drain]
 	started atomic.Pointer[chan struct{}]
+	// resumed is the last successful resume; resumeGen counts them, so a cached state read before a resume
+	// is never used after it.
+	resumed   atomic.Pointer[Resumed]
+	resumeGen atomic.Uint64
+
+	envoyState *envoyStateReader // for Status callers; not part of the drain's state
 }
 
-// ErrStopped is returned by Trigger once Run has returned.
+// stateCacheTTL is how long a non-LIVE answer of /server_info after a finished drain is reused. A flood of
+// triggers then costs Envoy's admin at most one request per second; a restarted Envoy (LIVE again) is
+// noticed at most a second late, and a resume clears the cache at once.
+const stateCacheTTL = time.Second
+
+// ErrStopped is returned by Trigger and Resume once Run has returned.
 var ErrStopped = errors.New("drain engine stopped")
+
+// ErrDrainRunning is returned by Resume without Force while a drain is running: its callers are waiting
+// for it, and making Envoy LIVE under them would release them into a pod that is still serving.
+var ErrDrainRunning = errors.New("a drain is running")
+
+// ErrCanceledByResume is the cause of a drain canceled by a forced resume; its reason says so.
+var ErrCanceledByResume = errors.New("resume")
 
 // New validates cfg and returns an engine. Call Run to serve triggers. metrics may be nil.
 func New(cfg Config, admin Admin, log *slog.Logger, metrics *Metrics) (*Engine, error) {
@@ -122,7 +149,8 @@ func New(cfg Config, admin Admin, log *slog.Logger, metrics *Metrics) (*Engine, 
 		metrics = NewMetrics(nil)
 	}
 	e := &Engine{cfg: cfg, admin: admin, log: log, metrics: metrics,
-		triggers: make(chan chan *Drain), stopped: make(chan struct{})}
+		triggers: make(chan triggerRequest), resumes: make(chan resumeRequest), stopped: make(chan struct{}),
+		envoyState: newEnvoyStateReader()}
 	e.status.Store(&Status{Phase: PhaseIdle, Open: Unknown, Listeners: []ScopeCount{}})
 	ch := make(chan struct{})
 	e.started.Store(&ch)
@@ -130,57 +158,130 @@ func New(cfg Config, admin Admin, log *slog.Logger, metrics *Metrics) (*Engine, 
 	return e, nil
 }
 
+type triggerRequest struct {
+	by    Caller
+	reply chan triggerReply // buffered: the owner never blocks on it
+}
+
+type triggerReply struct {
+	d   *Drain
+	how string // "started", "joined", "finished"
+}
+
+// stateCheck is one /server_info read after a finished drain.
+type stateCheck struct {
+	state envoyadmin.ServerState
+	err   error
+	at    time.Time
+	gen   uint64 // resumeGen when the read started
+}
+
 // Run serves triggers until ctx is done; a drain in progress is then cancelled (outcome "canceled").
 // It returns after that drain has released its waiters.
 func (e *Engine) Run(ctx context.Context) error {
 	defer close(e.stopped)
-	var last *Drain
+	var (
+		last     *Drain
+		pending  []triggerRequest // waiting for the state check
+		checking bool
+		cached   stateCheck
+		checked  = make(chan stateCheck, 1)
+		resumes  sync.WaitGroup
+	)
+	fresh := func() bool {
+		return !cached.at.IsZero() && time.Since(cached.at) < stateCacheTTL && cached.gen == e.resumeGen.Load()
+	}
 	for {
 		select {
 		case <-ctx.Done():
+			if checking {
+				<-checked
+			}
+			resumes.Wait()
 			if last != nil {
 				<-last.done
 			}
 			return nil
-		case reply := <-e.triggers:
-			if last == nil || e.redrain(ctx, last) {
-				last = e.start(ctx)
+		case req := <-e.triggers:
+			switch {
+			case last == nil:
+				last = e.start(ctx, req.by)
+				req.reply <- triggerReply{last, "started"}
+			case !isDone(last):
+				last.joined.Add(1)
+				req.reply <- triggerReply{last, "joined"}
+			case fresh():
+				req.reply <- triggerReply{last, "finished"}
+			default:
+				pending = append(pending, req)
+				if !checking {
+					checking = true
+					go func(gen uint64) {
+						st, err := e.admin.ServerState(ctx)
+						checked <- stateCheck{state: st, err: err, at: time.Now(), gen: gen}
+					}(e.resumeGen.Load())
+				}
 			}
-			reply <- last
+		case c := <-checked:
+			checking = false
+			cached = c
+			if e.redrain(c) {
+				cached = stateCheck{}
+				last = e.start(ctx, pending[0].by)
+				pending[0].reply <- triggerReply{last, "started"}
+				for _, req := range pending[1:] {
+					last.joined.Add(1)
+					req.reply <- triggerReply{last, "joined"}
+				}
+			} else {
+				for _, req := range pending {
+					req.reply <- triggerReply{last, "finished"}
+				}
+			}
+			pending = nil
+		case req := <-e.resumes:
+			var canceled *Drain
+			if last != nil && !isDone(last) {
+				if !req.Force {
+					req.reply <- resumeReply{err: fmt.Errorf("%w (triggered by %s %s, %d joined); force to cancel it",
+						ErrDrainRunning, last.by.Method, last.by.Remote, last.joined.Load())}
+					break
+				}
+				canceled = last
+				last.cancel(ErrCanceledByResume)
+			}
+			resumes.Go(func() { e.resume(ctx, req, canceled) })
 		}
 	}
 }
 
-// redrain reports whether a new drain should replace the last one: only when it has finished and Envoy is
-// LIVE again, which means Envoy restarted since (a drained Envoy stays DRAINING).
-func (e *Engine) redrain(ctx context.Context, last *Drain) bool {
-	select {
-	case <-last.done:
-	default:
+// redrain reports whether a new drain should replace the finished one: only when Envoy is LIVE again,
+// which means Envoy restarted or was resumed since (a drained Envoy stays DRAINING).
+func (e *Engine) redrain(c stateCheck) bool {
+	if c.err != nil {
+		e.log.Info("drain already finished; envoy state unknown, not draining again", "err", c.err)
 		return false
 	}
-	st, err := e.admin.ServerState(ctx)
-	if err != nil {
-		e.log.Info("drain already finished; envoy state unknown, not draining again", "err", err)
+	if c.state != envoyadmin.StateLive {
 		return false
 	}
-	if st != envoyadmin.StateLive {
-		return false
-	}
-	e.log.Info("envoy is live again after a finished drain: draining it", "envoy_state", string(st))
+	e.log.Info("envoy is live again after a finished drain: draining it", "envoy_state", string(c.state))
 	return true
 }
 
-func (e *Engine) start(ctx context.Context) *Drain {
-	d := &Drain{done: make(chan struct{})}
+func (e *Engine) start(ctx context.Context, by Caller) *Drain {
+	dctx, cancel := context.WithCancelCause(ctx)
+	d := &Drain{done: make(chan struct{}), by: by, cancel: cancel}
 	now := time.Now()
 	d.started = now
-	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}})
+	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
 	e.running.Store(d)
+	e.last.Store(d)
 	next := make(chan struct{})
 	close(*e.started.Swap(&next))
 	go func() {
-		r := e.drain(ctx, d)
+		defer cancel(nil)
+		r := e.drain(dctx, d)
 		d.result = r
 		e.metrics.finished(r)
 		e.running.CompareAndSwap(d, nil)
@@ -189,17 +290,93 @@ func (e *Engine) start(ctx context.Context) *Drain {
 	return d
 }
 
-// Trigger starts a drain, or joins the one in progress, and returns it; ctx bounds only the hand-over.
-func (e *Engine) Trigger(ctx context.Context) (*Drain, error) {
-	reply := make(chan *Drain, 1)
+// Trigger starts a drain, or joins the one in progress, and returns it; by is who asked (logged, and shown
+// in Status). ctx bounds only the hand-over and, after a finished drain, the shared check of Envoy's state
+// (at most one admin request timeout).
+func (e *Engine) Trigger(ctx context.Context, by Caller) (*Drain, error) {
+	reply := make(chan triggerReply, 1)
 	select {
-	case e.triggers <- reply:
+	case e.triggers <- triggerRequest{by: by, reply: reply}:
 	case <-e.stopped:
 		return nil, ErrStopped
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return <-reply, nil
+	select {
+	case r := <-reply:
+		e.log.Info("drain trigger", append(by.Attrs(), "drain", r.how)...)
+		return r.d, nil
+	case <-e.stopped:
+		return nil, ErrStopped
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ResumeRequest asks the engine to make Envoy LIVE again.
+type ResumeRequest struct {
+	By    Caller
+	Force bool // cancel a running drain (outcome canceled, reason "canceled by resume") instead of refusing
+}
+
+// ResumeResult is a resume that reached Envoy.
+type ResumeResult struct {
+	Canceled   bool                   // a running drain was canceled first
+	EnvoyState envoyadmin.ServerState // read after POST /healthcheck/ok ("" if it could not be read)
+}
+
+type resumeRequest struct {
+	ResumeRequest
+	reply chan resumeReply
+}
+
+type resumeReply struct {
+	res ResumeResult
+	err error
+}
+
+// Resume makes a drained Envoy LIVE again (POST /healthcheck/ok), so that a mistaken trigger does not leave
+// the pod unready for ever. While a drain is running it returns ErrDrainRunning, unless Force: then that
+// drain is canceled first and its waiters released. The next trigger after a resume drains again.
+// It does not undo Envoy's listener drain (--drain-listeners), which Envoy cannot reverse.
+func (e *Engine) Resume(ctx context.Context, req ResumeRequest) (ResumeResult, error) {
+	reply := make(chan resumeReply, 1)
+	select {
+	case e.resumes <- resumeRequest{req, reply}:
+	case <-e.stopped:
+		return ResumeResult{}, ErrStopped
+	case <-ctx.Done():
+		return ResumeResult{}, ctx.Err()
+	}
+	select {
+	case r := <-reply:
+		return r.res, r.err
+	case <-ctx.Done():
+		return ResumeResult{}, ctx.Err()
+	}
+}
+
+// resume runs off the owner goroutine: it waits for a canceled drain to release, then tells Envoy.
+func (e *Engine) resume(ctx context.Context, req resumeRequest, canceled *Drain) {
+	log := e.log.With(req.By.Attrs()...)
+	if canceled != nil {
+		log.Warn("resume: canceling the running drain", "triggered_by", canceled.by.Method+" "+canceled.by.Remote)
+		<-canceled.done
+	}
+	if err := e.admin.HealthcheckOK(ctx); err != nil {
+		log.Warn("resume failed", "err", err)
+		req.reply <- resumeReply{err: fmt.Errorf("making envoy live again: %w", err)}
+		return
+	}
+	e.resumed.Store(&Resumed{By: req.By, At: time.Now()})
+	e.resumeGen.Add(1)
+	res := ResumeResult{Canceled: canceled != nil}
+	st, err := e.admin.ServerState(ctx)
+	if err == nil {
+		res.EnvoyState = st
+	}
+	log.Info("resumed: envoy health checks pass again", "envoy_state", string(res.EnvoyState), "canceled_drain", res.Canceled)
+	req.reply <- resumeReply{res: res}
 }
 
 // Running returns the drain in progress, or nil.
@@ -221,6 +398,12 @@ func (e *Engine) Status() Status {
 	if s.Started != nil && s.Outcome == "" {
 		s.Elapsed = Seconds(time.Since(*s.Started))
 	}
+	if d := e.last.Load(); d != nil {
+		s.Joined = d.joined.Load()
+	}
+	if r := e.resumed.Load(); r != nil && (s.Started == nil || r.At.After(*s.Started)) {
+		s.Resumed = r
+	}
 	return s
 }
 
@@ -233,6 +416,9 @@ func (e *Engine) publish(s *Status) {
 // Drain is one drain. Done is closed when it has released; Result is valid from then on.
 type Drain struct {
 	started time.Time
+	by      Caller // who started it
+	joined  atomic.Int64
+	cancel  context.CancelCauseFunc
 	done    chan struct{}
 	result  Result
 }
@@ -244,6 +430,15 @@ func (d *Drain) Done() <-chan struct{} { return d.done }
 func (d *Drain) Result() Result { return d.result }
 
 func ptr[T any](v T) *T { return &v }
+
+func isDone(d *Drain) bool {
+	select {
+	case <-d.done:
+		return true
+	default:
+		return false
+	}
+}
 
 // AddDurations adds durations, saturating at the largest (or smallest) Duration instead of wrapping:
 // flag values such as --drain-delay=2562047h plus --min-drain-duration must not overflow past a check.

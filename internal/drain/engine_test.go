@@ -28,9 +28,11 @@ type fakeAdmin struct {
 	events    []string
 	inflight  int64
 	state     envoyadmin.ServerState
-	failErrs  int   // the next failErrs /healthcheck/fail calls fail
-	statsErr  error // returned by Stats when set
-	hang      bool  // every call blocks until its context ends
+	failErrs  int           // the next failErrs /healthcheck/fail calls fail
+	statsErr  error         // returned by Stats when set
+	hang      bool          // every call blocks until its context ends
+	slowState time.Duration // ServerState takes this long
+	states    atomic.Int32  // ServerState calls
 	fails     atomic.Int32
 	statsCall atomic.Int32
 	topoErr   error // returned by ListenerConfig when set
@@ -66,6 +68,16 @@ func (f *fakeAdmin) HealthcheckFail(ctx context.Context) error {
 		return errors.New("POST /healthcheck/fail: status 500")
 	}
 	f.state = envoyadmin.StateDraining
+	return nil
+}
+
+func (f *fakeAdmin) HealthcheckOK(ctx context.Context) error {
+	if err := f.record(ctx, "healthcheck_ok"); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.state = envoyadmin.StateLive
 	return nil
 }
 
@@ -108,6 +120,17 @@ func (f *fakeAdmin) ServerState(ctx context.Context) (envoyadmin.ServerState, er
 	if err := f.record(ctx, "server_info"); err != nil {
 		return "", err
 	}
+	f.states.Add(1)
+	f.mu.Lock()
+	slow := f.slowState
+	f.mu.Unlock()
+	if slow > 0 {
+		select {
+		case <-time.After(slow):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.state, nil
@@ -125,6 +148,8 @@ func testConfig() Config {
 		Interval: 250 * time.Millisecond, Mode: ModeInflight, ListenerDrain: ListenerDrainNone,
 	}
 }
+
+var testCaller = Caller{Method: "test"}
 
 func discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
@@ -148,7 +173,7 @@ func TestDrainOrderAndRelease(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		e := startEngine(t, testConfig(), fake, reg)
 		start := time.Now()
-		d, err := e.Trigger(context.Background())
+		d, err := e.Trigger(context.Background(), testCaller)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +231,7 @@ func TestReleaseWithinOneIntervalOfLastRequest(t *testing.T) {
 		cfg := testConfig()
 		cfg.Delay = 0
 		e := startEngine(t, cfg, fake, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(10 * time.Second) // long past the minimum duration, work still in flight
 		synctest.Wait()
 		if e.Status().Phase != PhaseWaiting {
@@ -229,7 +254,7 @@ func TestConcurrentTriggersShareOneDrain(t *testing.T) {
 		drains := make([]*Drain, 100)
 		for i := range drains {
 			wg.Go(func() {
-				d, err := e.Trigger(context.Background())
+				d, err := e.Trigger(context.Background(), testCaller)
 				if err != nil {
 					t.Error(err)
 					return
@@ -248,7 +273,7 @@ func TestConcurrentTriggersShareOneDrain(t *testing.T) {
 			t.Errorf("healthcheck/fail calls = %d, want exactly 1", n)
 		}
 		// A trigger after the release, Envoy still DRAINING: the same finished drain, nothing sent.
-		again, _ := e.Trigger(context.Background())
+		again, _ := e.Trigger(context.Background(), testCaller)
 		if again != drains[0] {
 			t.Errorf("a trigger after release started a new drain while envoy is still draining")
 		}
@@ -262,10 +287,10 @@ func TestRedrainAfterEnvoyRestart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(0)
 		e := startEngine(t, testConfig(), fake, nil)
-		first, _ := e.Trigger(context.Background())
+		first, _ := e.Trigger(context.Background(), testCaller)
 		<-first.Done()
 		fake.set(func(f *fakeAdmin) { f.state = envoyadmin.StateLive }) // Envoy's container restarted
-		second, _ := e.Trigger(context.Background())
+		second, _ := e.Trigger(context.Background(), testCaller)
 		if second == first {
 			t.Fatal("a live Envoy after a finished drain was not drained again")
 		}
@@ -295,7 +320,7 @@ func TestDeadlines(t *testing.T) {
 				cfg := testConfig()
 				e := startEngine(t, cfg, fake, nil)
 				start := time.Now()
-				d, _ := e.Trigger(context.Background())
+				d, _ := e.Trigger(context.Background(), testCaller)
 				<-d.Done()
 				if got := time.Since(start); got != cfg.Timeout {
 					t.Errorf("released after %s, want at the deadline %s", got, cfg.Timeout)
@@ -313,7 +338,7 @@ func TestHealthcheckFailRetried(t *testing.T) {
 		fake := newFake(0)
 		fake.set(func(f *fakeAdmin) { f.failErrs = 3 })
 		e := startEngine(t, testConfig(), fake, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		<-d.Done()
 		if r := d.Result(); r.Outcome != OutcomeDrained {
 			t.Errorf("outcome = %s (%s), want drained", r.Outcome, r.Reason)
@@ -329,7 +354,7 @@ func TestEnvoyGone(t *testing.T) {
 		fake := newFake(4)
 		cfg := testConfig()
 		e := startEngine(t, cfg, fake, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(20 * time.Second)
 		fake.set(func(f *fakeAdmin) {
 			f.statsErr = fmt.Errorf("GET /stats: %w: connection refused", envoyadmin.ErrUnreachable)
@@ -352,7 +377,7 @@ func TestEnvoyExitedSignal(t *testing.T) {
 		cfg := testConfig()
 		cfg.EnvoyExited = exited
 		e := startEngine(t, cfg, fake, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(time.Second) // during the delay
 		close(exited)
 		synctest.Wait()
@@ -376,7 +401,7 @@ func TestRefusedFromTheStartIsEnvoyGone(t *testing.T) {
 		cfg := testConfig()
 		e := startEngine(t, cfg, unreachable, nil)
 		start := time.Now()
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		<-d.Done()
 		if got, want := time.Since(start), cfg.Delay+DefaultGoneAfter; got != want {
 			t.Errorf("released after %s, want after the delay plus the gone window (%s)", got, want)
@@ -402,7 +427,7 @@ func TestEnvoyStartingInsideTheGoneWindowIsDrained(t *testing.T) {
 		cfg := testConfig()
 		cfg.Delay = 0
 		e := startEngine(t, cfg, unreachable, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		<-d.Done()
 		if r := d.Result(); r.Outcome != OutcomeDrained {
 			t.Errorf("outcome = %s (%s), want drained", r.Outcome, r.Reason)
@@ -420,7 +445,7 @@ func TestOtherFailuresRestartTheGoneWindow(t *testing.T) {
 		cfg.Delay = 0
 		e := startEngine(t, cfg, unreachable, nil)
 		start := time.Now()
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		<-d.Done()
 		if r := d.Result(); r.Outcome != OutcomeError || time.Since(start) != cfg.Timeout {
 			t.Errorf("outcome = %s after %s (%s), want error at the deadline", r.Outcome, time.Since(start), r.Reason)
@@ -460,7 +485,7 @@ func TestListenerDrainOption(t *testing.T) {
 				cfg := testConfig()
 				cfg.ListenerDrain = ld
 				e := startEngine(t, cfg, fake, nil)
-				d, _ := e.Trigger(context.Background())
+				d, _ := e.Trigger(context.Background(), testCaller)
 				<-d.Done()
 				fake.mu.Lock()
 				defer fake.mu.Unlock()
@@ -484,7 +509,7 @@ func TestCanceledEngineReleasesWaiters(t *testing.T) {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		done := make(chan struct{})
 		go func() { defer close(done); _ = e.Run(ctx) }()
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(10 * time.Second)
 		cancel(errors.New("signal interrupt"))
 		<-d.Done()
@@ -494,8 +519,94 @@ func TestCanceledEngineReleasesWaiters(t *testing.T) {
 		if r := d.Result(); r.Outcome != OutcomeCanceled || r.Reason != want {
 			t.Errorf("result = %s %q, want canceled %q", r.Outcome, r.Reason, want)
 		}
-		if _, err := e.Trigger(context.Background()); !errors.Is(err, ErrStopped) {
+		if _, err := e.Trigger(context.Background(), testCaller); !errors.Is(err, ErrStopped) {
 			t.Errorf("trigger after stop: err = %v, want ErrStopped", err)
+		}
+	})
+}
+
+// After a drain has finished, a flood of triggers costs Envoy one /server_info request, answered to all of
+// them together (not one after the other, as when every trigger read the state itself), and the answer
+// is reused for stateCacheTTL.
+func TestTriggersAfterFinishShareOneStateCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		e := startEngine(t, testConfig(), fake, nil)
+		first, _ := e.Trigger(context.Background(), testCaller)
+		<-first.Done()
+		const slow = 800 * time.Millisecond
+		fake.set(func(f *fakeAdmin) { f.slowState = slow })
+
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 1000 {
+			wg.Go(func() {
+				d, err := e.Trigger(context.Background(), testCaller)
+				if err != nil || d != first {
+					t.Errorf("trigger after the drain = %p, %v; want the finished drain", d, err)
+				}
+			})
+		}
+		wg.Wait()
+		if got := time.Since(start); got > slow {
+			t.Errorf("1000 triggers answered after %s, want all together after one state check (%s)", got, slow)
+		}
+		if n := fake.states.Load(); n != 1 {
+			t.Errorf("/server_info requests = %d for 1000 triggers, want 1", n)
+		}
+
+		// Within stateCacheTTL of the check: answered at once, no request.
+		fake.set(func(f *fakeAdmin) { f.slowState = 0 })
+		time.Sleep(stateCacheTTL - time.Millisecond) // the answer came at the end of the check, just now
+		if d, _ := e.Trigger(context.Background(), testCaller); d != first || fake.states.Load() != 1 {
+			t.Errorf("trigger within the cache: %d requests, want 1", fake.states.Load())
+		}
+		// After it: Envoy is asked again.
+		time.Sleep(time.Millisecond)
+		if d, _ := e.Trigger(context.Background(), testCaller); d != first || fake.states.Load() != 2 {
+			t.Errorf("trigger after the cache: %d requests, want 2", fake.states.Load())
+		}
+		if got := e.Status().Joined; got != 0 {
+			t.Errorf("joined = %d, want 0: triggers after the release did not join it", got)
+		}
+	})
+}
+
+// A trigger that gives up while the state check is slow returns with its context; the check goes on
+// for the others.
+func TestTriggerContextBoundsTheStateCheck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(0)
+		e := startEngine(t, testConfig(), fake, nil)
+		first, _ := e.Trigger(context.Background(), testCaller)
+		<-first.Done()
+		fake.set(func(f *fakeAdmin) { f.slowState = 10 * time.Second })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		start := time.Now()
+		if _, err := e.Trigger(ctx, testCaller); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("err = %v, want the caller's deadline", err)
+		}
+		if got := time.Since(start); got != time.Second {
+			t.Errorf("returned after %s, want at the caller's deadline (1s)", got)
+		}
+	})
+}
+
+func TestStatusShowsWhoTriggered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := startEngine(t, testConfig(), newFake(0), nil)
+		by := NewHTTPCaller("10.0.0.7:5123", "GET", "kube-lifecycle/1.33")
+		d, _ := e.Trigger(context.Background(), by)
+		for range 3 {
+			if j, _ := e.Trigger(context.Background(), NewHTTPCaller("@", "POST", "curl")); j != d {
+				t.Fatal("a trigger during the drain did not join it")
+			}
+		}
+		<-d.Done()
+		st := e.Status()
+		if st.TriggeredBy == nil || *st.TriggeredBy != by || st.Joined != 3 {
+			t.Errorf("status triggered_by = %+v joined %d, want %+v joined 3", st.TriggeredBy, st.Joined, by)
 		}
 	})
 }
@@ -508,7 +619,7 @@ func TestPollGapFloor(t *testing.T) {
 		cfg := testConfig()
 		cfg.Delay, cfg.Interval = 0, time.Nanosecond
 		e := startEngine(t, cfg, timed, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(cfg.MinDuration + 2*time.Second)
 		fake.set(func(f *fakeAdmin) { f.inflight = 0 })
 		<-d.Done()
@@ -525,6 +636,58 @@ func TestPollGapFloor(t *testing.T) {
 		// And not much slower either: the floor is the gap, not a sleep added on top.
 		if max := int((cfg.MinDuration+2*time.Second)/minPollGap) + 2; len(timed.polls) > max {
 			t.Errorf("%d polls, want at most %d", len(timed.polls), max)
+		}
+	})
+}
+
+func TestResume(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFake(3) // work that never finishes
+		e := startEngine(t, testConfig(), fake, nil)
+		human := Caller{Remote: "unix", Method: "POST", UserAgent: "curl"}
+		d, _ := e.Trigger(context.Background(), testCaller)
+		time.Sleep(10 * time.Second)
+
+		// While the drain holds its callers: refused, nothing sent to Envoy.
+		if _, err := e.Resume(context.Background(), ResumeRequest{By: human}); !errors.Is(err, ErrDrainRunning) {
+			t.Fatalf("resume during a drain: err = %v, want ErrDrainRunning", err)
+		}
+		if isDone(d) {
+			t.Fatal("a refused resume ended the drain")
+		}
+		// Forced: the drain ends canceled with a true reason, Envoy is LIVE again.
+		res, err := e.Resume(context.Background(), ResumeRequest{By: human, Force: true})
+		if err != nil || !res.Canceled || res.EnvoyState != envoyadmin.StateLive {
+			t.Fatalf("forced resume = %+v, %v; want the drain canceled and envoy LIVE", res, err)
+		}
+		r := d.Result()
+		if r.Outcome != OutcomeCanceled || !strings.HasPrefix(r.Reason, "canceled by resume after 10s with 3 in flight") {
+			t.Errorf("canceled drain: %s %q, want canceled by resume", r.Outcome, r.Reason)
+		}
+		if st := e.Status(); st.Resumed == nil || st.Resumed.By != human {
+			t.Errorf("status resumed = %+v, want by %+v", st.Resumed, human)
+		}
+
+		// The next trigger drains again, although the resume came within the state cache's lifetime.
+		fake.set(func(f *fakeAdmin) { f.inflight = 0 })
+		again, _ := e.Trigger(context.Background(), testCaller)
+		if again == d {
+			t.Fatal("a trigger after a resume did not start a new drain")
+		}
+		<-again.Done()
+		if again.Result().Outcome != OutcomeDrained || fake.fails.Load() != 2 {
+			t.Errorf("second drain %s, healthcheck/fail calls %d; want drained and 2", again.Result().Outcome, fake.fails.Load())
+		}
+		// After a finished drain a resume needs no force; a cached DRAINING does not survive it.
+		if _, err := e.Trigger(context.Background(), testCaller); err != nil { // caches DRAINING
+			t.Fatal(err)
+		}
+		if _, err := e.Resume(context.Background(), ResumeRequest{By: human}); err != nil {
+			t.Fatalf("resume after the drain: %v", err)
+		}
+		third, _ := e.Trigger(context.Background(), testCaller)
+		if third == again {
+			t.Error("a trigger right after a resume got the cached state and did not drain")
 		}
 	})
 }

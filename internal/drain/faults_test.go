@@ -85,7 +85,7 @@ func TestUnixSocketAdminAndEnvoyGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.Run(ctx)
-	d, _ := e.Trigger(ctx)
+	d, _ := e.Trigger(ctx, testCaller)
 	if got := <-calls; got != "POST /healthcheck/fail" {
 		t.Fatalf("first call = %q, want POST /healthcheck/fail", got)
 	}
@@ -111,7 +111,7 @@ func drainOnce(t *testing.T, cfg Config, admin Admin) (Result, time.Duration) {
 	go func() { defer close(stopped); _ = e.Run(ctx) }()
 	defer func() { cancel(); <-stopped }()
 	start := time.Now()
-	d, err := e.Trigger(ctx)
+	d, err := e.Trigger(ctx, testCaller)
 	if err != nil {
 		t.Fatal(err)
 	}

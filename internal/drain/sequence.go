@@ -92,6 +92,10 @@ type Status struct {
 	EnvoyState string       `json:"envoy_state,omitempty"`
 	LastError  string       `json:"last_error,omitempty"`
 	Polls      int          `json:"polls"`
+	// Who started this drain, how many triggers joined it since, and a resume after it (see Engine.Resume).
+	TriggeredBy *Caller  `json:"triggered_by,omitempty"`
+	Joined      int64    `json:"joined"`
+	Resumed     *Resumed `json:"resumed,omitempty"`
 }
 
 // drain is one drain, written as the plain sequence it is. It owns its Status until it returns.

@@ -51,7 +51,7 @@ func TestTopologyReadOncePerDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(1)
 		e := startEngine(t, testConfig(), fake, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(20 * time.Second) // 2s delay, 5s minimum duration, then polls every 250ms with 1 in flight
 		synctest.Wait()
 		fake.set(func(f *fakeAdmin) { f.inflight = 0 })
@@ -76,7 +76,7 @@ func TestTopologyRereadOnNewListener(t *testing.T) {
 		cfg := testConfig()
 		cfg.Delay, cfg.MinDuration = 0, 0
 		e := startEngine(t, cfg, fake, nil)
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		fake.set(func(f *fakeAdmin) { f.added = "listener.0.0.0.0_9090" })
@@ -124,7 +124,7 @@ func TestTopologyUnavailableFallsBack(t *testing.T) {
 		done := make(chan struct{})
 		go func() { defer close(done); _ = e.Run(ctx) }()
 		defer func() { cancel(); <-done }()
-		d, _ := e.Trigger(context.Background())
+		d, _ := e.Trigger(context.Background(), testCaller)
 		time.Sleep(60 * time.Second)
 		synctest.Wait()
 		st := e.Status()
@@ -176,7 +176,7 @@ func TestConfigDumpUnavailableRealClient(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.Run(ctx)
-	d, _ := e.Trigger(ctx)
+	d, _ := e.Trigger(ctx, testCaller)
 	deadline := time.Now().Add(10 * time.Second)
 	for e.Status().Polls < 3 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)

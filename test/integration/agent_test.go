@@ -75,7 +75,7 @@ func TestAgentSIGTERMUnderLoad(t *testing.T) {
 			}
 		}
 		log := readLog(t, e)
-		for _, want := range []string{`"msg":"signal received; draining envoy"`, `"outcome":"drained"`, `"msg":"envoy stopped; exiting with its status","by":"quit"`} {
+		for _, want := range []string{`"msg":"signal received; draining envoy"`, `"msg":"drain trigger","method":"signal SIGTERM"`, `"outcome":"drained"`, `"msg":"envoy stopped; exiting with its status","by":"quit"`} {
 			if !strings.Contains(log, want) {
 				t.Errorf("manager log lacks %s", want)
 			}

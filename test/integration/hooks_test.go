@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -275,5 +276,44 @@ func TestSecondSignalCancelsWithATrueReason(t *testing.T) {
 				t.Errorf("drain exit code %d, want 1", code)
 			}
 		})
+	})
+}
+
+// A sidecar restarted in the middle of a drain shows Envoy's real state in /status (DRAINING), with the
+// count unknown (null), instead of "idle" with "open: 0"; and it does not drain again by itself.
+func TestStatusAfterRestartMidDrain(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		hold := testbed.TCPHold(ctx, e.TCPAddr, 50*time.Second)
+		defer hold.Stop()
+		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+
+		p, a := serve(t, e, fast("--min-drain-duration", "0s")...)
+		go a.get(ctx, "/shutdown")
+		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "waiting" && s.Open == 1 })
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		p.wait(t, 5*time.Second)
+
+		_, a2 := serve(t, e, fast()...)
+		code, body, err := a2.get(ctx, "/status")
+		if err != nil || code != 200 {
+			t.Fatalf("/status = %d %v", code, err)
+		}
+		var st struct {
+			State      string `json:"state"`
+			Open       *int64 `json:"open"`
+			EnvoyState string `json:"envoy_state"`
+			Listeners  []any  `json:"listeners"`
+		}
+		if err := json.Unmarshal([]byte(body), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.State != "idle" || st.EnvoyState != "DRAINING" || st.Open != nil || st.Listeners == nil {
+			t.Errorf("/status after a restart mid-drain = %s; want state idle, envoy_state DRAINING, open null, listeners []", body)
+		}
 	})
 }

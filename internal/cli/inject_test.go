@@ -1,0 +1,279 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+)
+
+var update = flag.Bool("update", false, "rewrite the generated deploy/ examples")
+
+// TestInjectDefaultsMatchTheDrain: the numbers inject sizes grace periods with are the drain's and run's
+// own defaults.
+func TestInjectDefaultsMatchTheDrain(t *testing.T) {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	var f runFlags
+	f.register(fs)
+	for _, c := range []struct {
+		flag string
+		want time.Duration
+	}{
+		{"drain-delay", inject.DefaultDrainDelay},
+		{"min-drain-duration", inject.DefaultMinDrainDuration},
+		{"stop-timeout", inject.AgentStopTimeout},
+	} {
+		if got := fs.Lookup(c.flag).DefValue; got != c.want.String() {
+			t.Errorf("--%s defaults to %s, inject assumes %s", c.flag, got, c.want)
+		}
+	}
+	if inject.AgentMargin != inject.AgentStopTimeout+graceMargin {
+		t.Errorf("inject's agent margin %s is not run's --stop-timeout plus graceMargin (%s)", inject.AgentMargin, inject.AgentStopTimeout+graceMargin)
+	}
+}
+
+// TestInjectCommand: the flags reach the mutation; the output is the golden file the inject package
+// checks for the same settings.
+func TestInjectCommand(t *testing.T) {
+	old := Version
+	Version = "v1.0.0"
+	t.Cleanup(func() { Version = old })
+	golden := filepath.Join("..", "inject", "testdata")
+	image := "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0"
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"hook", nil},
+		{"sidecar-plain-http", []string{"--mode", "sidecar", "--sidecar-kind=plain", "--hook", "http"}},
+		{"agent-image-volume", []string{"--mode=agent", "--binary-from=image-volume"}},
+		{"image-pull-policy", []string{"--binary-from=image-volume", "--image-pull-policy=Never"}},
+		{"flags-drain", []string{"--admin-address=unix:///var/run/envoy/admin.sock", "--drain-delay=2s", "--min-drain-duration=0s",
+			"--drain-timeout=40s", "--min-open-connections=0", "--count=requests", `--listener-exclude=^listener\.admin2`}},
+		{"existing-prestop-replaced", []string{"--replace-hooks"}},
+		{"multi-document", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append([]string{"inject", image, "-f", filepath.Join(golden, tt.name+".in.yaml")}, tt.args...)
+			var stdout, stderr bytes.Buffer
+			if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			want, err := os.ReadFile(filepath.Join(golden, tt.name+".out.yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stdout.String() != string(want) {
+				t.Errorf("output differs from %s.out.yaml:\n%s", tt.name, stdout.String())
+			}
+			// uninject reads it back into the objects of the input.
+			back := runWithStdin(t, stdout.Bytes(), "uninject", "-f", "-")
+			again := runWithStdin(t, back, append([]string{"inject", image, "-f", "-"}, tt.args...)...)
+			twice := runWithStdin(t, stdout.Bytes(), append([]string{"inject", image, "-f", "-"}, tt.args...)...)
+			if !bytes.Equal(again, stdout.Bytes()) || !bytes.Equal(twice, stdout.Bytes()) {
+				t.Errorf("inject after uninject, or inject twice, differs from inject once")
+			}
+		})
+	}
+}
+
+// runWithStdin runs the command with stdin from data and returns its stdout.
+func runWithStdin(t *testing.T, data []byte, args ...string) []byte {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "stdin.yaml")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	saved := os.Stdin
+	os.Stdin = f
+	defer func() { os.Stdin = saved }()
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK {
+		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+func TestInjectErrors(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: nginx}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"inject"}, ExitUsage, "-f"},
+		{[]string{"inject", "-f", bad, "--mode", "daemon"}, ExitUsage, `mode: "daemon"`},
+		{[]string{"inject", "-f", bad, "--binary-from", "http"}, ExitUsage, "binary source"},
+		{[]string{"inject", "-f", bad, "--drain-timeout", "3s"}, ExitUsage, "drain timeout"},
+		{[]string{"inject", "-f", bad, "--image", ""}, ExitUsage, "no image"},
+		{[]string{"inject", "-f", filepath.Join(dir, "missing.yaml")}, ExitFailure, "reading manifests"},
+		{[]string{"inject", "-f", bad}, ExitFailure, "document 2 (Pod p): no Envoy container"},
+		{[]string{"uninject"}, ExitUsage, "-f"},
+	}
+	for _, tt := range tests {
+		var stdout, stderr bytes.Buffer
+		code := Run(context.Background(), tt.args, &stdout, &stderr)
+		if code != tt.code || !strings.Contains(stderr.String(), tt.want) || stdout.Len() != 0 {
+			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, nothing on stdout, stderr naming %q", tt.args, code, stdout.String(), stderr.String(), tt.code, tt.want)
+		}
+	}
+}
+
+// deployExamples are the generated files under deploy/: inject's output for deploy/plain/envoy.yaml.
+var deployExamples = []struct {
+	dir  string
+	args []string
+}{
+	{"hook", nil},
+	{"sidecar", []string{"--mode=sidecar"}},
+	{"agent", []string{"--mode=agent"}},
+}
+
+const deployImage = "shutdown-manager:dev"
+
+// TestDeployExamples: each deploy/<mode>/envoy.yaml is exactly what inject writes for deploy/plain/envoy.yaml
+// (-update rewrites them; make deploy does that).
+func TestDeployExamples(t *testing.T) {
+	old := Version
+	Version = "dev"
+	t.Cleanup(func() { Version = old })
+	root := filepath.Join("..", "..", "deploy")
+	for _, ex := range deployExamples {
+		t.Run(ex.dir, func(t *testing.T) {
+			cmd := append([]string{"inject", "--image=" + deployImage}, ex.args...)
+			cmd = append(cmd, "-f", "deploy/plain/envoy.yaml")
+			var stdout, stderr bytes.Buffer
+			args := append(cmd[:len(cmd)-1:len(cmd)-1], filepath.Join(root, "plain", "envoy.yaml"))
+			if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK {
+				t.Fatalf("exit %d: %s", code, stderr.String())
+			}
+			got := "# Generated from deploy/plain/envoy.yaml (where the comments explaining its settings are) by:\n" +
+				"#   shutdown-manager " + strings.Join(cmd, " ") + "\n" +
+				"# Do not edit: make deploy writes it again.\n" + stdout.String()
+			path := filepath.Join(root, ex.dir, "envoy.yaml")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("%v (make deploy writes it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("%s is not what inject writes for deploy/plain/envoy.yaml (make deploy writes it again):\n%s", path, got)
+			}
+		})
+	}
+}
+
+// TestReadmeYAMLIsFromDeploy: every ```yaml block of the README is a run of consecutive lines of a file
+// under deploy/ (shifted left as a whole: an excerpt from deep inside a manifest may start at the margin),
+// so the README cannot drift from manifests that are tested.
+func TestReadmeYAMLIsFromDeploy(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files [][]string
+	err = filepath.WalkDir(filepath.Join("..", "..", "deploy"), func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			files = append(files, strings.Split(string(data), "\n"))
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("the README has no yaml block: this test checks nothing")
+	}
+	for _, b := range blocks {
+		block := dedent(strings.Split(strings.TrimSuffix(b[1], "\n"), "\n"))
+		found := false
+		for _, lines := range files {
+			for i := 0; i+len(block) <= len(lines) && !found; i++ {
+				found = slices.Equal(dedent(lines[i:i+len(block)]), block)
+			}
+		}
+		if !found {
+			t.Errorf("README yaml block is not a run of lines of any file under deploy/:\n%s", b[1])
+		}
+	}
+}
+
+// dedent removes the indentation all non-blank lines share.
+func dedent(lines []string) []string {
+	indent := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if n := len(l) - len(strings.TrimLeft(l, " ")); indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		if len(l) >= indent && indent > 0 {
+			l = l[indent:]
+		}
+		out[i] = strings.TrimRight(l, " ")
+	}
+	return out
+}
+
+// TestInjectSkipsWorkloadsWithoutEnvoy: in a stream, a workload without Envoy passes through byte for byte
+// with a note naming it, while the Envoy workload is injected.
+func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
+	echo, err := os.ReadFile(filepath.Join("..", "..", "deploy", "common", "echo.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := os.ReadFile(filepath.Join("..", "..", "deploy", "plain", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream := append(append(append([]byte(nil), echo...), "---\n"...), plain...)
+	path := filepath.Join(t.TempDir(), "all.yaml")
+	if err := os.WriteFile(path, stream, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := Run(context.Background(), []string{"inject", "-f", path}, &stdout, &stderr); code != ExitOK {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if !bytes.HasPrefix(stdout.Bytes(), echo) {
+		t.Errorf("the echo documents did not pass through byte for byte:\n%s", stdout.String())
+	}
+	if !strings.Contains(stdout.String(), inject.AnnotationStatus) {
+		t.Errorf("envoy was not injected:\n%s", stdout.String())
+	}
+	if want := "document 1 (Deployment echo): no Envoy container"; !strings.Contains(stderr.String(), want) {
+		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+}

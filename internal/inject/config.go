@@ -1,0 +1,397 @@
+package inject
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Mode is how the manager is put into a pod.
+type Mode string
+
+const (
+	// ModeHook (the default): no process runs until termination. Envoy's preStop hook executes
+	// `shutdown-manager drain` inside Envoy's container; the binary comes from BinaryFrom.
+	ModeHook Mode = "hook"
+	// ModeSidecar: `shutdown-manager serve` runs beside Envoy and Envoy's preStop hook asks it to drain
+	// (Hook says how).
+	ModeSidecar Mode = "sidecar"
+	// ModeAgent: Envoy's command is wrapped in `shutdown-manager run -- …`, which drains on SIGTERM.
+	ModeAgent Mode = "agent"
+)
+
+// BinaryFrom is where Envoy's container finds the binary (hook and agent modes, and the sidecar's exec hook).
+type BinaryFrom string
+
+const (
+	// BinaryCopy: an init container running our image copies the binary into an emptyDir
+	// (`shutdown-manager install`). Works on every cluster, unless the node mounts its emptyDirs noexec.
+	BinaryCopy BinaryFrom = "copy"
+	// BinaryImageVolume: our image mounted as an image volume (Kubernetes >= 1.35, a runtime that supports
+	// image volumes such as containerd >= 2). No init container, no copy, works on noexec nodes.
+	BinaryImageVolume BinaryFrom = "image-volume"
+)
+
+// Hook is how Envoy's preStop hook reaches the sidecar (ModeSidecar).
+type Hook string
+
+const (
+	// HookExec (the default): the sidecar listens on a unix socket in a shared emptyDir and the hook runs
+	// `drain --via` against it. No TCP port: nothing outside the pod can start a drain.
+	HookExec Hook = "exec"
+	// HookHTTP: the sidecar listens on a TCP port and the hook is an httpGet of /shutdown, sent by kubelet.
+	// Anything that reaches the pod IP on that port can start a drain; metrics are served on their own port.
+	HookHTTP Hook = "http"
+)
+
+// SidecarKind is where the sidecar goes (ModeSidecar).
+type SidecarKind string
+
+const (
+	// SidecarNative (the default): an init container with restartPolicy Always (Kubernetes >= 1.29), started
+	// before Envoy and stopped only after Envoy has exited.
+	SidecarNative SidecarKind = "native"
+	// SidecarPlain: a regular container, for clusters without native sidecars. It gets SIGTERM at the same
+	// time as Envoy's hook starts and keeps serving while a drain runs (serve's --trigger-wait covers a hook
+	// that arrives just after the signal).
+	SidecarPlain SidecarKind = "plain"
+)
+
+// Defaults of Config's zero values.
+const (
+	DefaultMode        = ModeHook
+	DefaultBinaryFrom  = BinaryCopy
+	DefaultHook        = HookExec
+	DefaultSidecarKind = SidecarNative
+	DefaultPort        = 8090 // the sidecar's API with HookHTTP (serve's default --listen)
+	DefaultMetricsPort = 9090 // the sidecar's metrics with HookHTTP
+)
+
+// The drain's own defaults (the drain, serve and run flags), used to size the grace period. A test in
+// internal/cli checks that they match the flags.
+const (
+	DefaultDrainDelay       = 0 * time.Second
+	DefaultMinDrainDuration = 5 * time.Second
+)
+
+// DefaultEnvoyCommand is Envoy's command in agent mode when its container sets none: `envoy` on PATH, as in
+// the official images (their entrypoint script prepends `envoy` to arguments that start with "-").
+var DefaultEnvoyCommand = []string{"envoy"}
+
+// Config is what to inject, the same for every pod it is applied to; a pod's annotations (the Annotation*
+// keys) override it. Zero values mean the defaults above. Drain settings left nil are not passed, so the
+// manager's own defaults apply, except the drain timeout, which is always derived (see Inject).
+type Config struct {
+	Image           string            // our image (required): FROM scratch, the binary at /shutdown-manager
+	ImagePullPolicy corev1.PullPolicy // of the injected containers and the image volume; "" = Kubernetes' default
+	Version         string            // the manager's version, recorded in the status annotation
+
+	Mode           Mode
+	BinaryFrom     BinaryFrom
+	Hook           Hook
+	SidecarKind    SidecarKind
+	EnvoyContainer string   // "" = found (see Inject)
+	EnvoyCommand   []string // agent mode, when Envoy's container sets no command; nil = DefaultEnvoyCommand
+	AdminAddress   string   // "" = found at hook time from Envoy's command line and bootstrap
+	Port           int32    // HookHTTP: the sidecar's API port; 0 = DefaultPort
+	MetricsPort    int32    // HookHTTP: the sidecar's metrics port; 0 = DefaultMetricsPort
+	ReplaceHooks   bool     // replace a preStop hook Envoy's container already has (uninject restores it)
+
+	Drain Drain
+}
+
+// Drain holds the drain flags inject passes on; nil or empty = not passed.
+type Drain struct {
+	Delay              *time.Duration
+	MinDuration        *time.Duration
+	Timeout            *time.Duration // nil = derived from terminationGracePeriodSeconds
+	MinOpenConnections *int64
+	Count              string
+	ListenerExclude    []string
+}
+
+// Annotation keys, on the pod (a workload's pod template), all under one prefix.
+const (
+	Prefix = "shutdown-manager.io/"
+
+	AnnotationInject             = Prefix + "inject"       // "false" opts the pod out (ErrOptedOut); "true"
+	AnnotationMode               = Prefix + "mode"         // hook, sidecar, agent
+	AnnotationBinaryFrom         = Prefix + "binary-from"  // copy, image-volume
+	AnnotationHook               = Prefix + "hook"         // exec, http
+	AnnotationSidecarKind        = Prefix + "sidecar-kind" // native, plain
+	AnnotationEnvoyContainer     = Prefix + "envoy-container"
+	AnnotationEnvoyCommand       = Prefix + "envoy-command" // agent: Envoy's command when the container sets none, words separated by spaces
+	AnnotationAdminAddress       = Prefix + "admin-address"
+	AnnotationDrainDelay         = Prefix + "drain-delay"
+	AnnotationMinDrainDuration   = Prefix + "min-drain-duration"
+	AnnotationDrainTimeout       = Prefix + "drain-timeout"
+	AnnotationMinOpenConnections = Prefix + "min-open-connections"
+	AnnotationCount              = Prefix + "count"
+	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
+
+	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
+	AnnotationStatus = Prefix + "status"
+)
+
+// Validate checks a Config on its own (a pod's annotations may still override it), so that a bad setting
+// is reported once rather than for every pod.
+func (c Config) Validate() error {
+	_, err := resolve(c, nil)
+	return err
+}
+
+// settings is a Config with a pod's annotations applied, defaults filled in and everything validated.
+type settings struct {
+	Config
+	minDuration time.Duration // effective, for the grace period
+	delay       time.Duration
+}
+
+// resolve applies the pod's annotations over cfg and validates the result. Errors name the annotation
+// and its value, or the Config field.
+func resolve(cfg Config, annotations map[string]string) (settings, error) {
+	s := settings{Config: cfg}
+	s.EnvoyCommand = append([]string(nil), cfg.EnvoyCommand...)
+	s.Drain.ListenerExclude = append([]string(nil), cfg.Drain.ListenerExclude...)
+	if err := s.annotations(annotations); err != nil {
+		return settings{}, err
+	}
+	if s.Image == "" {
+		return settings{}, fmt.Errorf("no image given for the shutdown manager")
+	}
+	if s.Mode == "" {
+		s.Mode = DefaultMode
+	}
+	if s.BinaryFrom == "" {
+		s.BinaryFrom = DefaultBinaryFrom
+	}
+	if s.Hook == "" {
+		s.Hook = DefaultHook
+	}
+	if s.SidecarKind == "" {
+		s.SidecarKind = DefaultSidecarKind
+	}
+	if s.Port == 0 {
+		s.Port = DefaultPort
+	}
+	if s.MetricsPort == 0 {
+		s.MetricsPort = DefaultMetricsPort
+	}
+	if len(s.EnvoyCommand) == 0 {
+		s.EnvoyCommand = DefaultEnvoyCommand
+	}
+	checks := []struct {
+		name string
+		err  error
+	}{
+		{"mode", oneOf(string(s.Mode), ModeHook, ModeSidecar, ModeAgent)},
+		{"binary source", oneOf(string(s.BinaryFrom), BinaryCopy, BinaryImageVolume)},
+		{"hook", oneOf(string(s.Hook), HookExec, HookHTTP)},
+		{"sidecar kind", oneOf(string(s.SidecarKind), SidecarNative, SidecarPlain)},
+		{"image pull policy", oneOf(string(s.ImagePullPolicy), "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever)},
+		{"admin address", validAdmin(s.AdminAddress)},
+		{"count", validCount(s.Drain.Count)},
+		{"listener exclude", validRegexps(s.Drain.ListenerExclude)},
+		{"port", validPort(s.Port)},
+		{"metrics port", validPort(s.MetricsPort)},
+		{"drain delay", nonNegative(s.Drain.Delay)},
+		{"minimum drain duration", nonNegative(s.Drain.MinDuration)},
+	}
+	for _, c := range checks {
+		if c.err != nil {
+			return settings{}, fmt.Errorf("%s: %w", c.name, c.err)
+		}
+	}
+	if s.Port == s.MetricsPort {
+		return settings{}, fmt.Errorf("port and metrics port are both %d", s.Port)
+	}
+	if s.Drain.Timeout != nil && *s.Drain.Timeout <= 0 {
+		return settings{}, fmt.Errorf("drain timeout: %s is not positive", *s.Drain.Timeout)
+	}
+	if n := s.Drain.MinOpenConnections; n != nil && *n < 0 {
+		return settings{}, fmt.Errorf("min open connections: %d is negative", *n)
+	}
+	s.delay, s.minDuration = DefaultDrainDelay, DefaultMinDrainDuration
+	if s.Drain.Delay != nil {
+		s.delay = *s.Drain.Delay
+	}
+	if s.Drain.MinDuration != nil {
+		s.minDuration = *s.Drain.MinDuration
+	}
+	if t := s.Drain.Timeout; t != nil && *t <= s.delay+s.minDuration {
+		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, s.delay+s.minDuration)
+		if v, ok := annotations[AnnotationDrainTimeout]; ok {
+			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
+		}
+		return settings{}, err
+	}
+	return s, nil
+}
+
+// annotations overrides s with the pod's annotations. An unknown key under Prefix is an error: a typo must
+// not silently leave a setting at its default.
+func (s *settings) annotations(a map[string]string) error {
+	for _, key := range sortedKeys(a) {
+		if !strings.HasPrefix(key, Prefix) {
+			continue
+		}
+		v := a[key]
+		bad := func(err error) error { return fmt.Errorf("annotation %s: %q: %w", key, v, err) }
+		switch key {
+		case AnnotationInject:
+			if v != "true" && v != "false" {
+				return bad(fmt.Errorf("want true or false"))
+			}
+		case AnnotationStatus:
+		case AnnotationMode:
+			if err := oneOf(v, ModeHook, ModeSidecar, ModeAgent); err != nil {
+				return bad(err)
+			}
+			s.Mode = Mode(v)
+		case AnnotationBinaryFrom:
+			if err := oneOf(v, BinaryCopy, BinaryImageVolume); err != nil {
+				return bad(err)
+			}
+			s.BinaryFrom = BinaryFrom(v)
+		case AnnotationHook:
+			if err := oneOf(v, HookExec, HookHTTP); err != nil {
+				return bad(err)
+			}
+			s.Hook = Hook(v)
+		case AnnotationSidecarKind:
+			if err := oneOf(v, SidecarNative, SidecarPlain); err != nil {
+				return bad(err)
+			}
+			s.SidecarKind = SidecarKind(v)
+		case AnnotationEnvoyContainer:
+			if v == "" {
+				return bad(fmt.Errorf("empty container name"))
+			}
+			s.EnvoyContainer = v
+		case AnnotationEnvoyCommand:
+			words := strings.Fields(v)
+			if len(words) == 0 {
+				return bad(fmt.Errorf("empty command"))
+			}
+			s.EnvoyCommand = words
+		case AnnotationAdminAddress:
+			if err := validAdmin(v); err != nil {
+				return bad(err)
+			}
+			s.AdminAddress = v
+		case AnnotationDrainDelay, AnnotationMinDrainDuration, AnnotationDrainTimeout:
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return bad(fmt.Errorf("not a duration such as 5s or 1m30s"))
+			}
+			if d < 0 || key == AnnotationDrainTimeout && d == 0 {
+				return bad(fmt.Errorf("must be positive"))
+			}
+			switch key {
+			case AnnotationDrainDelay:
+				s.Drain.Delay = &d
+			case AnnotationMinDrainDuration:
+				s.Drain.MinDuration = &d
+			default:
+				s.Drain.Timeout = &d
+			}
+		case AnnotationMinOpenConnections:
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return bad(fmt.Errorf("not a whole number >= 0"))
+			}
+			s.Drain.MinOpenConnections = &n
+		case AnnotationCount:
+			if err := validCount(v); err != nil {
+				return bad(err)
+			}
+			s.Drain.Count = v
+		case AnnotationListenerExclude:
+			var res []string
+			for line := range strings.SplitSeq(v, "\n") {
+				if line = strings.TrimSpace(line); line != "" {
+					res = append(res, line)
+				}
+			}
+			if len(res) == 0 {
+				return bad(fmt.Errorf("no regular expression"))
+			}
+			if err := validRegexps(res); err != nil {
+				return bad(err)
+			}
+			s.Drain.ListenerExclude = res
+		default:
+			return fmt.Errorf("annotation %s: unknown (known: %s)", key, strings.Join(knownAnnotations, ", "))
+		}
+	}
+	return nil
+}
+
+var knownAnnotations = []string{
+	AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
+	AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationAdminAddress, AnnotationDrainDelay,
+	AnnotationMinDrainDuration, AnnotationDrainTimeout, AnnotationMinOpenConnections, AnnotationCount,
+	AnnotationListenerExclude, AnnotationStatus,
+}
+
+func oneOf[T ~string](v string, allowed ...T) error {
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		if string(a) == v {
+			return nil
+		}
+		names[i] = string(a)
+	}
+	return fmt.Errorf("%q is not one of %s", v, strings.Join(names, ", "))
+}
+
+func validAdmin(v string) error {
+	if v == "" {
+		return nil
+	}
+	_, err := envoyadmin.ParseAddress(v)
+	return err
+}
+
+func validCount(v string) error {
+	if v == "" {
+		return nil
+	}
+	_, err := drain.ParseMode(v)
+	return err
+}
+
+func validRegexps(res []string) error {
+	for _, re := range res {
+		if _, err := regexp.Compile(re); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validPort(p int32) error {
+	if p < 1 || p > 65535 {
+		return fmt.Errorf("%d is not a port", p)
+	}
+	return nil
+}
+
+func nonNegative(d *time.Duration) error {
+	if d != nil && *d < 0 {
+		return fmt.Errorf("%s is negative", *d)
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
+}

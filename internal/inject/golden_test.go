@@ -1,0 +1,276 @@
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// goldenConfig is the Config of every golden case before its own changes.
+func goldenConfig() Config {
+	return Config{Image: "ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", Version: "v1.0.0"}
+}
+
+func dur(s string) *time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return &d
+}
+
+// goldenCases: testdata/<name>.in.yaml injected with goldenConfig changed by cfg gives <name>.out.yaml,
+// or the error in <name>.err.txt; notes (stderr of the command) go to <name>.notes.txt when there are any.
+var goldenCases = []struct {
+	name string
+	cfg  func(*Config)
+}{
+	// Modes and binary sources.
+	{"hook", nil},
+	{"hook-image-volume", func(c *Config) { c.BinaryFrom = BinaryImageVolume }},
+	{"sidecar", func(c *Config) { c.Mode = ModeSidecar }},
+	{"sidecar-image-volume", func(c *Config) { c.Mode, c.BinaryFrom = ModeSidecar, BinaryImageVolume }},
+	{"sidecar-envoy-user", func(c *Config) { c.Mode = ModeSidecar }},
+	{"sidecar-http", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"sidecar-plain", func(c *Config) { c.Mode, c.SidecarKind = ModeSidecar, SidecarPlain }},
+	{"sidecar-plain-http", func(c *Config) { c.Mode, c.SidecarKind, c.Hook = ModeSidecar, SidecarPlain, HookHTTP }},
+	{"agent", func(c *Config) { c.Mode = ModeAgent }},
+	{"agent-image-volume", func(c *Config) { c.Mode, c.BinaryFrom = ModeAgent, BinaryImageVolume }},
+	{"agent-command", func(c *Config) { c.Mode = ModeAgent }},
+	{"agent-no-command", func(c *Config) { c.Mode = ModeAgent }},
+	{"image-pull-policy", func(c *Config) { c.ImagePullPolicy = corev1.PullNever; c.BinaryFrom = BinaryImageVolume }},
+	{"flags-drain", func(c *Config) {
+		c.AdminAddress = "unix:///var/run/envoy/admin.sock"
+		c.Drain = Drain{Delay: dur("2s"), MinDuration: dur("0s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
+	}},
+	// Per-pod annotations, valid and not.
+	{"annotations-drain", nil},
+	{"annotations-agent", nil},
+	{"annotations-sidecar", nil},
+	{"annotation-envoy-container", nil},
+	{"annotations-on-workload", nil},
+	{"opted-out", nil},
+	{"bad-annotation-drain-delay", nil},
+	{"bad-annotation-mode", nil},
+	{"bad-annotation-count", nil},
+	{"bad-annotation-drain-timout", nil},
+	{"bad-annotation-admin-address", nil},
+	{"bad-annotation-min-open-connections", nil},
+	{"bad-annotation-listener-exclude", nil},
+	{"bad-annotation-inject", nil},
+	{"bad-annotation-drain-timeout", nil},
+	// Grace periods.
+	{"grace-short", nil},
+	{"grace-long", nil},
+	{"grace-raised-for-timeout", func(c *Config) { c.Drain.Timeout = dur("60s") }},
+	{"grace-fits-timeout", func(c *Config) { c.Drain.Timeout = dur("20s") }},
+	{"agent-grace-short", func(c *Config) { c.Mode = ModeAgent }},
+	{"agent-grace-raised-for-timeout", func(c *Config) { c.Mode, c.Drain.Timeout = ModeAgent, dur("60s") }},
+	// Existing hooks, finding Envoy, names.
+	{"existing-prestop", nil},
+	{"existing-prestop-replaced", func(c *Config) { c.ReplaceHooks = true }},
+	{"agent-existing-prestop-replaced", func(c *Config) { c.Mode, c.ReplaceHooks = ModeAgent, true }},
+	{"missing-envoy", nil},
+	{"ambiguous-envoy", nil},
+	{"envoy-by-image", nil},
+	{"name-conflict", func(c *Config) { c.Mode = ModeSidecar }},
+	{"sidecar-http-port-conflict", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"existing-init-containers", nil},
+	{"sidecar-existing-init-containers", func(c *Config) { c.Mode = ModeSidecar }},
+	{"reinject-other-mode", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	// Workload kinds and streams.
+	{"kind-pod", nil},
+	{"kind-daemonset", nil},
+	{"kind-statefulset", nil},
+	{"kind-replicaset", nil},
+	{"kind-replicationcontroller", nil},
+	{"kind-job", nil},
+	{"kind-cronjob", nil},
+	{"list", nil},
+	{"multi-document", nil},
+	{"unsupported-api-version", nil},
+	{"unknown-field", nil},
+}
+
+func TestInjectGolden(t *testing.T) {
+	for _, tc := range goldenCases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := readFile(t, filepath.Join("testdata", tc.name+".in.yaml"))
+			cfg := goldenConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			var notes bytes.Buffer
+			got, err := Manifests(in, injectFunc(cfg), &notes)
+			base := filepath.Join("testdata", tc.name)
+			if err != nil {
+				golden(t, base+".out.yaml", nil)
+				golden(t, base+".err.txt", []byte(err.Error()+"\n"))
+				if !strings.HasPrefix(err.Error(), "document ") {
+					t.Errorf("error does not name the document: %v", err)
+				}
+				return
+			}
+			golden(t, base+".err.txt", nil)
+			golden(t, base+".out.yaml", got)
+			golden(t, base+".notes.txt", notes.Bytes())
+
+			// inject∘inject = inject, byte for byte: an unchanged workload is written back as it came.
+			again, err := Manifests(got, injectFunc(cfg), &bytes.Buffer{})
+			if err != nil {
+				t.Fatalf("injecting the output again: %v", err)
+			}
+			if !bytes.Equal(again, got) {
+				t.Errorf("injecting twice differs from injecting once:\n%s", again)
+			}
+			// uninject∘inject = identity, object for object.
+			back, err := Manifests(got, Uninject, &bytes.Buffer{})
+			if err != nil {
+				t.Fatalf("uninjecting the output: %v", err)
+			}
+			want := in
+			if tc.name == "reinject-other-mode" { // its input was injected: uninject gives the plain pod
+				want, _ = Manifests(in, Uninject, &bytes.Buffer{})
+			}
+			assertSameObjects(t, back, want)
+		})
+	}
+}
+
+// TestGoldenCasesComplete: every input file has a case, and no golden file is left over from an old one.
+func TestGoldenCasesComplete(t *testing.T) {
+	names := map[string]bool{}
+	for _, tc := range goldenCases {
+		names[tc.name] = true
+	}
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.*"))
+	for _, f := range files {
+		name := filepath.Base(f)
+		for _, ext := range []string{".in.yaml", ".out.yaml", ".err.txt", ".notes.txt"} {
+			if c, ok := strings.CutSuffix(name, ext); ok && !names[c] {
+				t.Errorf("%s has no case in goldenCases", f)
+			}
+		}
+	}
+}
+
+func injectFunc(cfg Config) PodFunc {
+	return func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error { return Inject(meta, spec, cfg) }
+}
+
+// assertSameObjects compares two YAML streams object by object, as the API types see them.
+func assertSameObjects(t *testing.T, got, want []byte) {
+	t.Helper()
+	g, w := decodeStream(t, got), decodeStream(t, want)
+	if len(g) != len(w) {
+		t.Fatalf("got %d objects, want %d", len(g), len(w))
+	}
+	for i := range g {
+		if !equality.Semantic.DeepEqual(g[i], w[i]) {
+			gy, _ := yaml.Marshal(g[i])
+			wy, _ := yaml.Marshal(w[i])
+			t.Errorf("object %d differs:\ngot:\n%s\nwant:\n%s", i+1, gy, wy)
+		}
+	}
+}
+
+// decodeStream decodes every object of a YAML stream (the items of a List one by one) into its API type,
+// or into a generic map for kinds outside the workload table.
+func decodeStream(t *testing.T, data []byte) []any {
+	t.Helper()
+	var objs []any
+	for _, doc := range splitDocuments(data) {
+		js, err := yaml.YAMLToJSON(doc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var h header
+		if err := yaml.Unmarshal(js, &h); err != nil || h.Kind == "" {
+			continue
+		}
+		objs = append(objs, decodeObject(t, js, h))
+	}
+	return objs
+}
+
+func decodeObject(t *testing.T, js []byte, h header) any {
+	t.Helper()
+	if strings.HasSuffix(h.Kind, "List") {
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := yaml.Unmarshal(js, &list); err != nil {
+			t.Fatal(err)
+		}
+		var items []any
+		for _, it := range list.Items {
+			var ih header
+			if err := yaml.Unmarshal(it, &ih); err != nil {
+				t.Fatal(err)
+			}
+			items = append(items, decodeObject(t, it, ih))
+		}
+		return items
+	}
+	if w, ok := LookupWorkload(h.APIVersion, h.Kind); ok {
+		obj := w.New()
+		if err := yaml.Unmarshal(js, obj); err != nil {
+			t.Fatal(err)
+		}
+		return obj
+	}
+	var m map[string]any
+	if err := yaml.Unmarshal(js, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// golden compares got with the file at path, or rewrites it with -update. An empty got means no file.
+func golden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if len(got) == 0 {
+			if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+			return
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && len(got) == 0 {
+		return
+	}
+	if err != nil {
+		t.Fatalf("%v (run go test -run %s -update to write it)", err, t.Name())
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs (go test -run '%s' -update rewrites it; the diff is the review):\ngot:\n%s\nwant:\n%s", path, t.Name(), got, want)
+	}
+}

@@ -1,0 +1,65 @@
+package inject
+
+import (
+	"math"
+	"time"
+)
+
+// The grace period and the drain timeout.
+//
+// Kubelet kills (SIGKILL) whatever still runs terminationGracePeriodSeconds after the pod's deletion began.
+// Envoy must be stopped by us before that, so the drain timeout is the grace period minus what has to
+// happen outside the drain in that time; that remainder is the margin of each mode.
+const (
+	// HookMargin (hook and sidecar modes): before the drain starts, kubelet has to exec the hook through the
+	// container runtime (or send its HTTP request), seconds on a busy node; after the drain releases, the
+	// hook exits, kubelet sends SIGTERM and Envoy exits at once (milliseconds). Five seconds covers both.
+	HookMargin = 5 * time.Second
+	// AgentStopTimeout is `run`'s default --stop-timeout: after the drain, how long Envoy gets to exit
+	// after /quitquitquit before SIGTERM, then SIGKILL one second later.
+	AgentStopTimeout = 5 * time.Second
+	// AgentMargin (agent mode) is what `run --termination-grace-period` keeps in hand beyond the drain:
+	// --stop-timeout and run's own 2 s (graceMargin in internal/cli/run.go: the second between SIGTERM and
+	// SIGKILL of the stop, and one for scheduling). `run` derives the same drain timeout from the same numbers.
+	AgentMargin = AgentStopTimeout + 2*time.Second
+	// minWait is the shortest time a derived drain timeout leaves for work in flight after the drain delay
+	// and the minimum drain duration; a grace period leaving less is raised.
+	minWait = 10 * time.Second
+	// defaultGrace is Kubernetes' terminationGracePeriodSeconds when a pod sets none.
+	defaultGrace = 30 * time.Second
+)
+
+// gracePlan is the outcome: the drain timeout and the grace period to set.
+type gracePlan struct {
+	timeout time.Duration // the drain timeout
+	grace   int64         // terminationGracePeriodSeconds to set
+	change  bool          // grace differs from what the pod had (or had none and needs more than the default)
+}
+
+// planGrace derives the drain timeout from the pod's grace period (nil = Kubernetes' default, 30 s), or,
+// when a drain timeout was requested, raises the grace period to fit it. A grace period is only ever
+// raised, never lowered: a user's longer one stays, and the derived drain timeout then uses all of it.
+func planGrace(s settings, current *int64) gracePlan {
+	margin := HookMargin
+	if s.Mode == ModeAgent {
+		margin = AgentMargin
+	}
+	have := defaultGrace
+	if current != nil {
+		have = time.Duration(*current) * time.Second
+	}
+	var timeout time.Duration
+	if s.Drain.Timeout != nil {
+		timeout = *s.Drain.Timeout
+	} else {
+		timeout = max(have-margin, s.delay+s.minDuration+minWait)
+	}
+	need := int64(math.Ceil((timeout + margin).Seconds()))
+	if need <= int64(have/time.Second) {
+		if s.Drain.Timeout == nil {
+			timeout = have - margin // use all of a longer grace period
+		}
+		return gracePlan{timeout: timeout, grace: int64(have / time.Second)}
+	}
+	return gracePlan{timeout: timeout, grace: need, change: true}
+}

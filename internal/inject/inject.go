@@ -1,0 +1,563 @@
+// Package inject puts the shutdown manager into a pod spec, and takes it out again: one pure mutation over
+// typed objects (pod metadata and spec in, pod metadata and spec out, no I/O), shared by `shutdown-manager
+// inject`, the admission webhook and the MutatingAdmissionPolicy generator. Workload kinds are unwrapped to
+// their pod template in one place (PodTemplate); the mutation never knows which kind it works on.
+//
+// What Inject adds, by Mode:
+//   - hook: Envoy's preStop hook executes `drain` from /opt/shutdown-manager/shutdown-manager, put there by
+//     an init container (BinaryCopy) or an image volume of our image (BinaryImageVolume).
+//   - sidecar: `serve` as a native sidecar (or a plain container); Envoy's preStop joins its drain through a
+//     unix socket in a shared emptyDir (HookExec, the binary as in hook mode) or is an httpGet (HookHTTP).
+//   - agent: Envoy's command is wrapped in `run … -- <command>`, the binary as in hook mode.
+//
+// Manifests applies Inject or Uninject to every workload in a stream of YAML documents (the inject and
+// uninject commands), passing every other document through byte for byte.
+//
+// The status annotation records what was injected and what it replaced, so that Inject is idempotent
+// (inject∘inject = inject: an injected pod is first uninjected, then injected with the current settings,
+// which also replaces an injection with other settings cleanly) and Uninject restores the pod exactly
+// (uninject∘inject = identity).
+package inject
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// Names and paths of what Inject adds. The image keeps the binary at /shutdown-manager (its entrypoint);
+// Envoy's container finds it at BinaryPath.
+const (
+	BinaryDir  = "/opt/shutdown-manager"
+	BinaryPath = BinaryDir + "/shutdown-manager"
+	SocketDir  = "/run/shutdown-manager"
+	SocketURL  = "unix://" + SocketDir + "/api.sock"
+
+	InstallContainer = "shutdown-manager-install" // init container: copies the binary (BinaryCopy)
+	SidecarContainer = "shutdown-manager"         // serve (ModeSidecar)
+	BinaryVolume     = "shutdown-manager-bin"     // emptyDir or image volume holding the binary
+	SocketVolume     = "shutdown-manager-run"     // emptyDir holding the sidecar's unix socket (HookExec)
+
+	// runAsUser is the image's user: injected containers never run as root.
+	runAsUser = 65532
+)
+
+// ErrNoEnvoy is returned (wrapped, with the pod's containers) by Inject for a pod in which no container
+// is named envoy or runs Envoy's image, and none was named; the pod is left unchanged. Callers going
+// through many workloads pass such pods by.
+var ErrNoEnvoy = errors.New("no Envoy container")
+
+// ErrOptedOut is returned by Inject for a pod annotated shutdown-manager.io/inject: "false"; the pod is
+// left unchanged.
+var ErrOptedOut = errors.New("opted out by annotation " + AnnotationInject + `: "false"`)
+
+// Status is the value of the status annotation (JSON): what Inject added and what it replaced.
+type Status struct {
+	Version        string      `json:"version"`
+	Image          string      `json:"image"`
+	Mode           Mode        `json:"mode"`
+	BinaryFrom     BinaryFrom  `json:"binaryFrom,omitempty"`
+	Hook           Hook        `json:"hook,omitempty"`
+	SidecarKind    SidecarKind `json:"sidecarKind,omitempty"`
+	EnvoyContainer string      `json:"envoyContainer"`
+	DrainTimeout   string      `json:"drainTimeout"`
+	InitContainers []string    `json:"initContainers,omitempty"` // added, by name
+	Containers     []string    `json:"containers,omitempty"`     // added, by name
+	Volumes        []string    `json:"volumes,omitempty"`        // added, by name (and Envoy's mounts of them)
+	// Grace is set when terminationGracePeriodSeconds was raised.
+	Grace *GraceChange `json:"terminationGracePeriodSeconds,omitempty"`
+	// PreStop is the hook Envoy's container had before (ReplaceHooks).
+	PreStop *corev1.LifecycleHandler `json:"replacedPreStop,omitempty"`
+	// CommandUnset: agent mode wrapped DefaultEnvoyCommand (or the configured one) because the container set
+	// no command; uninject removes the command again.
+	CommandUnset bool `json:"commandWasUnset,omitempty"`
+}
+
+// GraceChange records a raised grace period: From (nil: the pod set none) to To.
+type GraceChange struct {
+	From *int64 `json:"from"`
+	To   int64  `json:"to"`
+}
+
+// Injected reports whether the pod carries the status annotation.
+func Injected(meta *metav1.ObjectMeta) bool {
+	_, ok := meta.Annotations[AnnotationStatus]
+	return ok
+}
+
+// ParseStatus reads the status annotation: what was injected into the pod (ok false: nothing).
+func ParseStatus(meta *metav1.ObjectMeta) (st Status, ok bool, err error) {
+	text, ok := meta.Annotations[AnnotationStatus]
+	if !ok {
+		return Status{}, false, nil
+	}
+	if err := json.Unmarshal([]byte(text), &st); err != nil {
+		return Status{}, true, fmt.Errorf("annotation %s: %q: %w", AnnotationStatus, text, err)
+	}
+	return st, true, nil
+}
+
+// Inject puts the manager into the pod described by meta and spec, as cfg and the pod's annotations say.
+// On error neither is changed. A pod already injected is first uninjected, so injecting twice gives what
+// injecting once gives, and new settings replace old ones.
+//
+// The Envoy container is the one named by the envoy-container annotation or Config.EnvoyContainer, else the
+// container named "envoy", else the only container whose image is Envoy's (repository "envoy" or
+// "envoy-…"); none or several is an error naming the candidates. A preStop hook it already has is an error
+// unless Config.ReplaceHooks (it is then recorded and restored by Uninject).
+//
+// The drain timeout and terminationGracePeriodSeconds: see planGrace. In hook and sidecar modes the drain
+// timeout is always passed to the drain; in agent mode `run` derives it from --termination-grace-period
+// unless one was requested.
+func Inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) error {
+	m, s := meta.DeepCopy(), spec.DeepCopy()
+	if m.Annotations[AnnotationInject] == "false" {
+		return ErrOptedOut
+	}
+	if Injected(m) {
+		if err := Uninject(m, s); err != nil {
+			return err
+		}
+	}
+	set, err := resolve(cfg, m.Annotations)
+	if err != nil {
+		return err
+	}
+	if err := inject(m, s, set); err != nil {
+		return err
+	}
+	*meta, *spec = *m, *s
+	return nil
+}
+
+func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
+	envoy, err := findEnvoy(spec, set.EnvoyContainer)
+	if err != nil {
+		return err
+	}
+	c := &spec.Containers[envoy]
+	st := Status{
+		Version: set.Version, Image: set.Image, Mode: set.Mode, EnvoyContainer: c.Name,
+	}
+	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
+		if !set.ReplaceHooks {
+			return fmt.Errorf("container %q already has a preStop hook (%s); replace it with --replace-hooks (uninject restores it)", c.Name, describeHandler(c.Lifecycle.PreStop))
+		}
+		st.PreStop = c.Lifecycle.PreStop.DeepCopy()
+		c.Lifecycle.PreStop = nil
+		if *c.Lifecycle == (corev1.Lifecycle{}) {
+			c.Lifecycle = nil
+		}
+	}
+
+	plan := planGrace(set, spec.TerminationGracePeriodSeconds)
+	st.DrainTimeout = plan.timeout.String()
+	if plan.change {
+		st.Grace = &GraceChange{From: spec.TerminationGracePeriodSeconds, To: plan.grace}
+		spec.TerminationGracePeriodSeconds = &plan.grace
+	}
+
+	needBinary := set.Mode != ModeSidecar || set.Hook == HookExec
+	if needBinary {
+		st.BinaryFrom = set.BinaryFrom
+		st.Volumes = append(st.Volumes, BinaryVolume)
+		if set.BinaryFrom == BinaryCopy {
+			st.InitContainers = append(st.InitContainers, InstallContainer)
+		}
+	}
+	if set.Mode == ModeSidecar {
+		st.Hook, st.SidecarKind = set.Hook, set.SidecarKind
+		if set.Hook == HookExec {
+			st.Volumes = append(st.Volumes, SocketVolume)
+		}
+		if set.SidecarKind == SidecarNative {
+			st.InitContainers = append(st.InitContainers, SidecarContainer)
+		} else {
+			st.Containers = append(st.Containers, SidecarContainer)
+		}
+	}
+	if err := checkFree(spec, c, st); err != nil {
+		return err
+	}
+
+	if needBinary {
+		spec.Volumes = append(spec.Volumes, binaryVolume(set))
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: BinaryVolume, MountPath: BinaryDir, ReadOnly: true})
+		if set.BinaryFrom == BinaryCopy {
+			spec.InitContainers = append(spec.InitContainers, installContainer(set))
+		}
+	}
+	drainArgs := set.drainArgs()
+	switch set.Mode {
+	case ModeHook:
+		args := append([]string{BinaryPath, "drain", "--log-output=envoy"}, drainArgs...)
+		args = append(args, "--drain-timeout="+plan.timeout.String())
+		setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+	case ModeSidecar:
+		if err := checkPorts(spec, set); err != nil {
+			return err
+		}
+		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()))
+		if set.Hook == HookExec {
+			shareUser(sc.SecurityContext, spec.SecurityContext, c.SecurityContext)
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
+				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("1Mi"))},
+			}})
+			mount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
+			c.VolumeMounts = append(c.VolumeMounts, mount)
+			sc.VolumeMounts = append(sc.VolumeMounts, mount)
+			// The hook gets the drain's flags too: `drain --via` waits for the sidecar's answer for
+			// --drain-timeout (plus a margin), and drains Envoy itself with them if the sidecar is gone.
+			args := append([]string{BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}, drainArgs...)
+			args = append(args, "--drain-timeout="+plan.timeout.String())
+			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+		} else {
+			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
+		}
+		if set.SidecarKind == SidecarNative {
+			sc.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
+			spec.InitContainers = append(spec.InitContainers, sc)
+		} else {
+			spec.Containers = append(spec.Containers, sc)
+		}
+	case ModeAgent:
+		command := c.Command
+		if len(command) == 0 {
+			if len(c.Args) == 0 {
+				return fmt.Errorf("container %q sets neither command nor args: agent mode needs Envoy's command line (set args, or command)", c.Name)
+			}
+			command, st.CommandUnset = set.EnvoyCommand, true
+		}
+		wrapped := []string{BinaryPath, "run", fmt.Sprintf("--termination-grace-period=%ds", plan.grace)}
+		wrapped = append(wrapped, drainArgs...)
+		if set.Drain.Timeout != nil {
+			wrapped = append(wrapped, "--drain-timeout="+plan.timeout.String())
+		}
+		c.Command = append(append(wrapped, "--"), command...)
+	}
+
+	text, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encoding the status annotation: %w", err)
+	}
+	if meta.Annotations == nil {
+		meta.Annotations = map[string]string{}
+	}
+	meta.Annotations[AnnotationStatus] = string(text)
+	return nil
+}
+
+// drainArgs are the drain flags that were set, in a fixed order (the drain timeout aside).
+func (s settings) drainArgs() []string {
+	var args []string
+	if s.AdminAddress != "" {
+		args = append(args, "--admin-address="+s.AdminAddress)
+	}
+	if d := s.Drain.Delay; d != nil {
+		args = append(args, "--drain-delay="+d.String())
+	}
+	if d := s.Drain.MinDuration; d != nil {
+		args = append(args, "--min-drain-duration="+d.String())
+	}
+	if n := s.Drain.MinOpenConnections; n != nil {
+		args = append(args, "--min-open-connections="+strconv.FormatInt(*n, 10))
+	}
+	if s.Drain.Count != "" {
+		args = append(args, "--count="+s.Drain.Count)
+	}
+	for _, re := range s.Drain.ListenerExclude {
+		args = append(args, "--listener-exclude="+re)
+	}
+	return args
+}
+
+// findEnvoy returns the index of Envoy's container among spec.Containers.
+func findEnvoy(spec *corev1.PodSpec, name string) (int, error) {
+	var all []string
+	for _, c := range spec.Containers {
+		all = append(all, fmt.Sprintf("%s (%s)", c.Name, c.Image))
+	}
+	if name != "" {
+		for i, c := range spec.Containers {
+			if c.Name == name {
+				return i, nil
+			}
+		}
+		return 0, fmt.Errorf("no container named %q (containers: %s)", name, strings.Join(all, ", "))
+	}
+	for i, c := range spec.Containers {
+		if c.Name == "envoy" {
+			return i, nil
+		}
+	}
+	var found []int
+	for i, c := range spec.Containers {
+		if isEnvoyImage(c.Image) {
+			found = append(found, i)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return 0, fmt.Errorf("%w: none is named envoy and no image is Envoy's (containers: %s); name it with annotation %s", ErrNoEnvoy, strings.Join(all, ", "), AnnotationEnvoyContainer)
+	}
+	var names []string
+	for _, i := range found {
+		names = append(names, all[i])
+	}
+	return 0, fmt.Errorf("several containers could be Envoy: %s; name one with annotation %s", strings.Join(names, ", "), AnnotationEnvoyContainer)
+}
+
+// isEnvoyImage reports whether an image reference's repository is Envoy's: its last path element is
+// "envoy" or starts with "envoy-" (envoyproxy/envoy, envoyproxy/envoy-distroless, …/envoy-contrib).
+func isEnvoyImage(image string) bool {
+	repo, _, _ := strings.Cut(image, "@")
+	if i := strings.LastIndex(repo, "/"); i >= 0 {
+		repo = repo[i+1:]
+	}
+	repo, _, _ = strings.Cut(repo, ":")
+	return repo == "envoy" || strings.HasPrefix(repo, "envoy-")
+}
+
+// checkFree refuses to overwrite a container or volume of the pod's own that has one of our names, or a
+// mount of Envoy's container with one of our volumes' names or paths.
+func checkFree(spec *corev1.PodSpec, envoy *corev1.Container, st Status) error {
+	for _, name := range slices.Concat(st.InitContainers, st.Containers) {
+		if hasContainer(spec.InitContainers, name) || hasContainer(spec.Containers, name) {
+			return fmt.Errorf("the pod already has a container named %q that was not injected (no %s annotation)", name, AnnotationStatus)
+		}
+	}
+	for _, name := range st.Volumes {
+		if slices.ContainsFunc(spec.Volumes, func(v corev1.Volume) bool { return v.Name == name }) {
+			return fmt.Errorf("the pod already has a volume named %q that was not injected (no %s annotation)", name, AnnotationStatus)
+		}
+	}
+	for _, vm := range envoy.VolumeMounts {
+		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir {
+			return fmt.Errorf("container %q already mounts %q at %s, which inject would add (no %s annotation)", envoy.Name, vm.Name, vm.MountPath, AnnotationStatus)
+		}
+	}
+	return nil
+}
+
+// checkPorts refuses a TCP sidecar whose ports another container declares.
+func checkPorts(spec *corev1.PodSpec, set settings) error {
+	if set.Hook != HookHTTP {
+		return nil
+	}
+	for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+		for _, p := range c.Ports {
+			if p.ContainerPort == set.Port || p.ContainerPort == set.MetricsPort {
+				return fmt.Errorf("container %q declares port %d, which the sidecar would use: choose others (--port, --metrics-port)", c.Name, p.ContainerPort)
+			}
+		}
+	}
+	return nil
+}
+
+func hasContainer(cs []corev1.Container, name string) bool {
+	return slices.ContainsFunc(cs, func(c corev1.Container) bool { return c.Name == name })
+}
+
+func setPreStop(c *corev1.Container, h *corev1.LifecycleHandler) {
+	if c.Lifecycle == nil {
+		c.Lifecycle = &corev1.Lifecycle{}
+	}
+	c.Lifecycle.PreStop = h
+}
+
+func describeHandler(h *corev1.LifecycleHandler) string {
+	switch {
+	case h.Exec != nil:
+		return "exec " + strings.Join(h.Exec.Command, " ")
+	case h.HTTPGet != nil:
+		return "httpGet " + h.HTTPGet.Path + " on port " + h.HTTPGet.Port.String()
+	case h.TCPSocket != nil:
+		return "tcpSocket " + h.TCPSocket.Port.String()
+	case h.Sleep != nil:
+		return fmt.Sprintf("sleep %ds", h.Sleep.Seconds)
+	}
+	return "unknown action"
+}
+
+func binaryVolume(set settings) corev1.Volume {
+	v := corev1.Volume{Name: BinaryVolume}
+	if set.BinaryFrom == BinaryImageVolume {
+		v.Image = &corev1.ImageVolumeSource{Reference: set.Image, PullPolicy: set.ImagePullPolicy}
+	} else {
+		// The binary is about 10 MB; the limit keeps a misbehaving copy from filling the node's disk.
+		v.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("32Mi"))}
+	}
+	return v
+}
+
+func installContainer(set settings) corev1.Container {
+	return corev1.Container{
+		Name:            InstallContainer,
+		Image:           set.Image,
+		ImagePullPolicy: set.ImagePullPolicy,
+		Args:            []string{"install", BinaryDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: BinaryVolume, MountPath: BinaryDir}},
+		Resources:       resources(),
+		SecurityContext: securityContext(),
+	}
+}
+
+func sidecarContainer(set settings, drainArgs []string) corev1.Container {
+	c := corev1.Container{
+		Name:            SidecarContainer,
+		Image:           set.Image,
+		ImagePullPolicy: set.ImagePullPolicy,
+		Resources:       resources(),
+		SecurityContext: securityContext(),
+	}
+	if set.Hook == HookExec {
+		c.Args = append([]string{"serve", "--listen=" + SocketURL}, drainArgs...)
+		return c
+	}
+	c.Args = append([]string{"serve", fmt.Sprintf("--listen=:%d", set.Port), fmt.Sprintf("--metrics-listen=:%d", set.MetricsPort)}, drainArgs...)
+	c.Ports = []corev1.ContainerPort{
+		{Name: "sm-api", ContainerPort: set.Port, Protocol: corev1.ProtocolTCP},
+		{Name: "sm-metrics", ContainerPort: set.MetricsPort, Protocol: corev1.ProtocolTCP},
+	}
+	c.LivenessProbe = &corev1.Probe{
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: portOf(set.Port)}},
+		PeriodSeconds:    10,
+		FailureThreshold: 3,
+	}
+	return c
+}
+
+// shareUser runs the sidecar as Envoy's user and group when Envoy's container runs as a known non-root
+// user (set on the container, else on the pod): Envoy's hook connects to the sidecar's unix socket, and
+// connect(2) needs write permission on the socket file, which its creator owns. Root needs none, and
+// without a known user the image's 65532 stays.
+func shareUser(sidecar *corev1.SecurityContext, pod *corev1.PodSecurityContext, envoy *corev1.SecurityContext) {
+	var uid, gid *int64
+	if pod != nil {
+		uid, gid = pod.RunAsUser, pod.RunAsGroup
+	}
+	if envoy != nil && envoy.RunAsUser != nil {
+		uid = envoy.RunAsUser
+	}
+	if envoy != nil && envoy.RunAsGroup != nil {
+		gid = envoy.RunAsGroup
+	}
+	if uid == nil || *uid == 0 {
+		return
+	}
+	sidecar.RunAsUser = ptr(*uid)
+	if gid != nil && *gid != 0 {
+		sidecar.RunAsGroup = ptr(*gid)
+	}
+}
+
+// resources: small requests (the manager idles at about 10 MiB RSS and no CPU), a memory limit with
+// headroom, and no CPU limit, so that a drain is never throttled (Contour #7366).
+func resources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("10m"),
+			corev1.ResourceMemory: resource.MustParse("16Mi"),
+		},
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("64Mi")},
+	}
+}
+
+// securityContext: what the restricted Pod Security Standard asks, and a read-only root filesystem.
+func securityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		RunAsUser:                ptr(int64(runAsUser)),
+		RunAsGroup:               ptr(int64(runAsUser)),
+		RunAsNonRoot:             ptr(true),
+		ReadOnlyRootFilesystem:   ptr(true),
+		AllowPrivilegeEscalation: ptr(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// Uninject removes what Inject added, as the status annotation records it, and restores what it replaced:
+// Envoy's preStop hook and command, and the grace period (unless changed since). A pod without the status
+// annotation is left unchanged. On error neither meta nor spec is changed.
+func Uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+	st, ok, err := ParseStatus(meta)
+	if !ok || err != nil {
+		return err
+	}
+	m, s := meta.DeepCopy(), spec.DeepCopy()
+	s.InitContainers = withoutContainers(s.InitContainers, st.InitContainers)
+	s.Containers = withoutContainers(s.Containers, st.Containers)
+	s.Volumes = slices.DeleteFunc(s.Volumes, func(v corev1.Volume) bool { return slices.Contains(st.Volumes, v.Name) })
+	if len(s.Volumes) == 0 {
+		s.Volumes = nil
+	}
+	if i := slices.IndexFunc(s.Containers, func(c corev1.Container) bool { return c.Name == st.EnvoyContainer }); i >= 0 {
+		c := &s.Containers[i]
+		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return slices.Contains(st.Volumes, vm.Name) })
+		if len(c.VolumeMounts) == 0 {
+			c.VolumeMounts = nil
+		}
+		if c.Lifecycle != nil && (ours(c.Lifecycle.PreStop) || c.Lifecycle.PreStop == nil) {
+			c.Lifecycle.PreStop = st.PreStop
+			if *c.Lifecycle == (corev1.Lifecycle{}) {
+				c.Lifecycle = nil
+			}
+		} else if c.Lifecycle == nil && st.PreStop != nil {
+			c.Lifecycle = &corev1.Lifecycle{PreStop: st.PreStop}
+		}
+		if st.Mode == ModeAgent && len(c.Command) >= 2 && c.Command[0] == BinaryPath && c.Command[1] == "run" {
+			if sep := slices.Index(c.Command, "--"); sep >= 0 {
+				c.Command = slices.Clone(c.Command[sep+1:])
+				if st.CommandUnset || len(c.Command) == 0 {
+					c.Command = nil
+				}
+			}
+		}
+	}
+	if g := st.Grace; g != nil && s.TerminationGracePeriodSeconds != nil && *s.TerminationGracePeriodSeconds == g.To {
+		s.TerminationGracePeriodSeconds = g.From
+	}
+	m.Annotations = maps.Clone(m.Annotations)
+	delete(m.Annotations, AnnotationStatus)
+	if len(m.Annotations) == 0 {
+		m.Annotations = nil
+	}
+	*meta, *spec = *m, *s
+	return nil
+}
+
+// ours reports whether a preStop hook is one Inject sets.
+func ours(h *corev1.LifecycleHandler) bool {
+	switch {
+	case h == nil:
+		return false
+	case h.Exec != nil:
+		return len(h.Exec.Command) > 0 && h.Exec.Command[0] == BinaryPath
+	case h.HTTPGet != nil:
+		return h.HTTPGet.Path == "/shutdown"
+	}
+	return false
+}
+
+func withoutContainers(cs []corev1.Container, names []string) []corev1.Container {
+	cs = slices.DeleteFunc(cs, func(c corev1.Container) bool { return slices.Contains(names, c.Name) })
+	if len(cs) == 0 {
+		return nil
+	}
+	return cs
+}
+
+func portOf(p int32) intstr.IntOrString { return intstr.FromInt32(p) }
+
+func ptr[T any](v T) *T { return &v }

@@ -1,0 +1,228 @@
+package inject
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestPlanGrace(t *testing.T) {
+	secs := func(n int64) *int64 { return &n }
+	tests := []struct {
+		name        string
+		mode        Mode
+		timeout     *time.Duration
+		delay       *time.Duration
+		current     *int64
+		wantTimeout time.Duration
+		wantGrace   int64
+		wantChange  bool
+	}{
+		{"hook, no grace: Kubernetes' 30s less 5s", ModeHook, nil, nil, nil, 25 * time.Second, 30, false},
+		{"hook, a long grace is used whole", ModeHook, nil, nil, secs(300), 295 * time.Second, 300, false},
+		{"hook, a short grace is raised to fit the minimum drain", ModeHook, nil, nil, secs(10), 15 * time.Second, 20, true},
+		{"hook, a short grace with a delay", ModeHook, nil, dur("10s"), secs(10), 25 * time.Second, 30, true},
+		{"hook, no grace, a long drain raises it from the default", ModeHook, dur("60s"), nil, nil, 60 * time.Second, 65, true},
+		{"hook, a requested drain that fits keeps the grace", ModeHook, dur("20s"), nil, secs(120), 20 * time.Second, 120, false},
+		{"hook, a fraction of a second rounds the grace up", ModeHook, dur("20.5s"), nil, secs(10), 20500 * time.Millisecond, 26, true},
+		{"agent, no grace: run derives 30s less stop timeout less 2s", ModeAgent, nil, nil, nil, 23 * time.Second, 30, false},
+		{"agent, a short grace is raised", ModeAgent, nil, nil, secs(15), 15 * time.Second, 22, true},
+		{"agent, a requested drain raises the grace", ModeAgent, dur("60s"), nil, secs(30), 60 * time.Second, 67, true},
+		{"sidecar uses the hook's margin", ModeSidecar, nil, nil, secs(45), 40 * time.Second, 45, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := resolve(Config{Image: "x", Mode: tt.mode, Drain: Drain{Timeout: tt.timeout, Delay: tt.delay}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := planGrace(s, tt.current)
+			want := gracePlan{timeout: tt.wantTimeout, grace: tt.wantGrace, change: tt.wantChange}
+			if got != want {
+				t.Errorf("got %+v, want %+v", got, want)
+			}
+		})
+	}
+}
+
+func TestIsEnvoyImage(t *testing.T) {
+	tests := []struct {
+		image string
+		want  bool
+	}{
+		{"envoyproxy/envoy:v1.40.0", true},
+		{"envoyproxy/envoy", true},
+		{"docker.io/envoyproxy/envoy-distroless:v1.40.0", true},
+		{"registry.local:5000/mirror/envoy@sha256:abcd", true},
+		{"envoy-contrib:dev", true},
+		{"envoyproxy/gateway:v1.5.0", false},
+		{"example.com/my-envoy:v1", false},
+		{"registry.local:5000/envoyish:v1", false},
+		{"nginx", false},
+	}
+	for _, tt := range tests {
+		if got := isEnvoyImage(tt.image); got != tt.want {
+			t.Errorf("isEnvoyImage(%q) = %v, want %v", tt.image, got, tt.want)
+		}
+	}
+}
+
+// TestUninjectKeepsLaterChanges: what the user changed after injection survives uninject.
+func TestUninjectKeepsLaterChanges(t *testing.T) {
+	grace := int64(10)
+	meta := metav1.ObjectMeta{}
+	spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0"}}}
+	if err := Inject(&meta, &spec, Config{Image: "sm:1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := *spec.TerminationGracePeriodSeconds; got != 20 {
+		t.Fatalf("grace after inject = %d, want 20", got)
+	}
+	userGrace := int64(90)
+	spec.TerminationGracePeriodSeconds = &userGrace
+	userHook := &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: 5}}
+	spec.Containers[0].Lifecycle.PreStop = userHook
+	if err := Uninject(&meta, &spec); err != nil {
+		t.Fatal(err)
+	}
+	if got := *spec.TerminationGracePeriodSeconds; got != 90 {
+		t.Errorf("grace after uninject = %d, want the user's 90", got)
+	}
+	if got := spec.Containers[0].Lifecycle; got == nil || got.PreStop == nil || got.PreStop.Sleep == nil || got.PreStop.Sleep.Seconds != 5 {
+		t.Errorf("preStop after uninject = %+v, want the user's sleep", got)
+	}
+	if len(spec.InitContainers) != 0 || len(spec.Volumes) != 0 || meta.Annotations != nil {
+		t.Errorf("left behind: init containers %v, volumes %v, annotations %v", spec.InitContainers, spec.Volumes, meta.Annotations)
+	}
+}
+
+// TestInjectLeavesInputOnError: a refused pod is not half changed.
+func TestInjectLeavesInputOnError(t *testing.T) {
+	meta := metav1.ObjectMeta{}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy"}}}
+	before := spec.DeepCopy()
+	err := Inject(&meta, &spec, Config{Image: "sm:1", Mode: ModeAgent}) // no command, no args: refused
+	if err == nil {
+		t.Fatal("want an error for agent mode without a command line")
+	}
+	if spec.TerminationGracePeriodSeconds != nil || len(spec.InitContainers) != len(before.InitContainers) || meta.Annotations != nil {
+		t.Errorf("pod changed on error: %+v", spec)
+	}
+}
+
+func TestOptedOut(t *testing.T) {
+	meta := metav1.ObjectMeta{Annotations: map[string]string{AnnotationInject: "false"}}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy"}}}
+	if err := Inject(&meta, &spec, Config{Image: "sm:1"}); !errors.Is(err, ErrOptedOut) {
+		t.Fatalf("got %v, want ErrOptedOut", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  Config
+		want string // "" = valid
+	}{
+		{"defaults", Config{Image: "sm:1"}, ""},
+		{"no image", Config{}, "no image"},
+		{"bad mode", Config{Image: "sm:1", Mode: "daemon"}, `mode: "daemon" is not one of hook, sidecar, agent`},
+		{"bad binary source", Config{Image: "sm:1", BinaryFrom: "http"}, "binary source"},
+		{"bad pull policy", Config{Image: "sm:1", ImagePullPolicy: "Sometimes"}, "image pull policy"},
+		{"host name admin", Config{Image: "sm:1", AdminAddress: "http://localhost:9901"}, "admin address"},
+		{"same ports", Config{Image: "sm:1", Port: 9090}, "both 9090"},
+		{"timeout within the minimum", Config{Image: "sm:1", Drain: Drain{Timeout: dur("5s")}}, "must be longer"},
+		{"bad regexp", Config{Image: "sm:1", Drain: Drain{ListenerExclude: []string{"("}}}, "listener exclude"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("got %v, want valid", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestSplitDocumentsKeepsEveryByte(t *testing.T) {
+	for _, in := range []string{
+		"", "a: 1\n", "---\na: 1\n---\nb: 2", "# c\n--- # x\na: 1\n...\n---\n", "a: |\n  ---x\n  y\n---\r\nb: 1\r\n",
+	} {
+		var joined []byte
+		for _, d := range splitDocuments([]byte(in)) {
+			joined = append(append(joined, d.separator...), d.body...)
+		}
+		if string(joined) != in {
+			t.Errorf("split and joined %q gives %q", in, joined)
+		}
+	}
+}
+
+// FuzzManifests feeds arbitrary YAML streams through inject and uninject as the command does: no panic,
+// every error names its document, and whatever is injected is injected once.
+func FuzzManifests(f *testing.F) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.yaml"))
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte("kind: List\nitems: [1, {kind: Pod, apiVersion: v1}]\n"))
+	f.Add([]byte("---\n---\n- a\n---\n\"x\"\n"))
+	cfg := Config{Image: "sm:1"}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, fn := range []PodFunc{injectFunc(cfg), Uninject} {
+			out, err := Manifests(data, fn, &bytes.Buffer{})
+			if err != nil {
+				if !strings.HasPrefix(err.Error(), "document ") {
+					t.Fatalf("error does not name the document: %v", err)
+				}
+				continue
+			}
+			again, err := Manifests(out, fn, &bytes.Buffer{})
+			if err != nil {
+				t.Fatalf("second pass over our own output: %v\noutput:\n%s", err, out)
+			}
+			if !bytes.Equal(again, out) {
+				t.Fatalf("second pass changed the output:\nfirst:\n%s\nsecond:\n%s", out, again)
+			}
+		}
+	})
+}
+
+func TestParseStatus(t *testing.T) {
+	meta := metav1.ObjectMeta{}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Args: []string{"-c", "/e.yaml"}}}}
+	if _, ok, err := ParseStatus(&meta); ok || err != nil {
+		t.Fatalf("a plain pod has a status: %v %v", ok, err)
+	}
+	if err := Inject(&meta, &spec, Config{Image: "sm:1", Version: "v9", Mode: ModeAgent}); err != nil {
+		t.Fatal(err)
+	}
+	st, ok, err := ParseStatus(&meta)
+	if !ok || err != nil {
+		t.Fatalf("no status after inject: %v %v", ok, err)
+	}
+	want := Status{Version: "v9", Image: "sm:1", Mode: ModeAgent, BinaryFrom: BinaryCopy, EnvoyContainer: "envoy", DrainTimeout: "23s",
+		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, CommandUnset: true}
+	if !equality.Semantic.DeepEqual(st, want) {
+		t.Errorf("got %+v, want %+v", st, want)
+	}
+	meta.Annotations[AnnotationStatus] = "{"
+	if err := Uninject(&meta, &spec); err == nil || !strings.Contains(err.Error(), AnnotationStatus) {
+		t.Errorf("a broken status annotation: got %v, want an error naming it", err)
+	}
+}

@@ -1,0 +1,242 @@
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// PodFunc is a mutation of one pod (template): Inject with a Config, or Uninject.
+type PodFunc func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error
+
+// Manifests applies fn to the pod of every workload in a stream of YAML documents, and returns the
+// stream with those documents re-encoded. Every other document, and every workload fn leaves unchanged,
+// is written back byte for byte, with its separator line, in order. Errors name the document (1-based
+// index, kind, name). A workload fn skips (ErrOptedOut, ErrNoEnvoy) is left unchanged with a note; notes
+// (and annotations on the workload instead of its pod template) go to notes.
+func Manifests(data []byte, fn PodFunc, notes io.Writer) ([]byte, error) {
+	var out bytes.Buffer
+	for i, doc := range splitDocuments(data) {
+		body, err := transformDocument(doc.body, fn, notes, fmt.Sprintf("document %d", i+1))
+		if err != nil {
+			return nil, err
+		}
+		out.Write(doc.separator)
+		out.Write(body)
+	}
+	return out.Bytes(), nil
+}
+
+// document is one YAML document: the separator line before it ("---…\n", empty for the first document
+// when the stream starts without one) and its text.
+type document struct{ separator, body []byte }
+
+var separatorLine = regexp.MustCompile(`^---(\s.*)?$`)
+
+// splitDocuments splits a YAML stream at its "---" lines, keeping every byte: joining the separators and
+// bodies gives the input back.
+func splitDocuments(data []byte) []document {
+	var docs []document
+	cur := document{}
+	for len(data) > 0 {
+		line := data
+		if i := bytes.IndexByte(data, '\n'); i >= 0 {
+			line = data[:i+1]
+		}
+		data = data[len(line):]
+		if separatorLine.Match(bytes.TrimRight(line, "\r\n")) {
+			if cur.separator != nil || len(cur.body) > 0 {
+				docs = append(docs, cur)
+			}
+			cur = document{separator: line}
+			continue
+		}
+		cur.body = append(cur.body, line...)
+	}
+	if cur.separator != nil || len(cur.body) > 0 || len(docs) == 0 {
+		docs = append(docs, cur)
+	}
+	return docs
+}
+
+// header is what every object says about itself.
+type header struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+}
+
+func (h header) describe() string {
+	name := h.Metadata.Name
+	if h.Metadata.Namespace != "" {
+		name = h.Metadata.Namespace + "/" + name
+	}
+	if name == "" {
+		return h.Kind
+	}
+	return h.Kind + " " + name
+}
+
+// transformDocument returns body with fn applied to its workload (or to each workload of a List), or body
+// itself when there is nothing to change. where names the document in errors and notes.
+func transformDocument(body []byte, fn PodFunc, notes io.Writer, where string) ([]byte, error) {
+	js, err := yaml.YAMLToJSON(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: not YAML: %w", where, err)
+	}
+	js = bytes.TrimSpace(js)
+	if len(js) == 0 || js[0] != '{' {
+		return body, nil // empty, a comment, or not an object: not ours to judge
+	}
+	var h header
+	if err := json.Unmarshal(js, &h); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	where = fmt.Sprintf("%s (%s)", where, h.describe())
+	if strings.HasSuffix(h.Kind, "List") {
+		return transformList(body, js, fn, notes, where)
+	}
+	out, changed, err := transformObject(js, h, fn, notes, where)
+	if err != nil || !changed {
+		return body, err
+	}
+	return yaml.JSONToYAML(out)
+}
+
+// transformList applies fn to every workload among a List's items.
+func transformList(body, js []byte, fn PodFunc, notes io.Writer, where string) ([]byte, error) {
+	var list map[string]json.RawMessage
+	if err := json.Unmarshal(js, &list); err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	var items []json.RawMessage
+	if raw, ok := list["items"]; ok {
+		if err := json.Unmarshal(raw, &items); err != nil {
+			return nil, fmt.Errorf("%s: items: %w", where, err)
+		}
+	}
+	changed := false
+	for i, item := range items {
+		var h header
+		if err := json.Unmarshal(item, &h); err != nil {
+			return nil, fmt.Errorf("%s item %d: %w", where, i+1, err)
+		}
+		out, c, err := transformObject(item, h, fn, notes, fmt.Sprintf("%s item %d (%s)", where, i+1, h.describe()))
+		if err != nil {
+			return nil, err
+		}
+		if c {
+			items[i], changed = out, true
+		}
+	}
+	if !changed {
+		return body, nil
+	}
+	raw, err := json.Marshal(items)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	list["items"] = raw
+	out, err := json.Marshal(list)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", where, err)
+	}
+	return yaml.JSONToYAML(out)
+}
+
+// transformObject decodes one object (JSON) into its typed workload, applies fn to its pod, and returns
+// its JSON when fn changed something. Decoding is strict: a field the Kubernetes API types do not know is
+// an error rather than silently dropped.
+func transformObject(js []byte, h header, fn PodFunc, notes io.Writer, where string) ([]byte, bool, error) {
+	w, ok := LookupWorkload(h.APIVersion, h.Kind)
+	if !ok {
+		if IsWorkloadKind(h.Kind) {
+			return nil, false, fmt.Errorf("%s: apiVersion %q is not supported for %s", where, h.APIVersion, h.Kind)
+		}
+		return js, false, nil
+	}
+	obj := w.New()
+	if err := yaml.UnmarshalStrict(js, obj); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", where, err)
+	}
+	before := w.New()
+	if err := json.Unmarshal(js, before); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", where, err)
+	}
+	if outer, ok := obj.(metav1.Object); ok && h.Kind != "Pod" {
+		for k := range outer.GetAnnotations() {
+			if strings.HasPrefix(k, Prefix) {
+				fmt.Fprintf(notes, "%s: annotation %s is on the %s itself and has no effect: put it on the pod template (spec.template.metadata.annotations)\n", where, k, h.Kind)
+			}
+		}
+	}
+	meta, spec := w.Pod(obj)
+	err := fn(meta, spec)
+	if errors.Is(err, ErrOptedOut) || errors.Is(err, ErrNoEnvoy) {
+		fmt.Fprintf(notes, "%s: %v; left unchanged\n", where, err)
+		return js, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", where, err)
+	}
+	if equality.Semantic.DeepEqual(before, obj) {
+		return js, false, nil
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: encoding: %w", where, err)
+	}
+	out, err = pruneEmpty(out)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: encoding: %w", where, err)
+	}
+	return out, true, nil
+}
+
+// emptyNoise are the fields that Go's encoding of the API types writes as {} or null when a manifest
+// leaves them out (struct values and a zero time, which omitempty does not drop). Empty or absent, they
+// mean the same; dropping them keeps the output close to the input.
+var emptyNoise = map[string]bool{"creationTimestamp": true, "resources": true, "strategy": true, "updateStrategy": true, "status": true, "metadata": true}
+
+// pruneEmpty removes emptyNoise fields whose value is null or {} from an encoded object.
+func pruneEmpty(js []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber() // integers stay exact
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	prune(v)
+	return json.Marshal(v)
+}
+
+func prune(v any) {
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			prune(child)
+			if !emptyNoise[k] {
+				continue
+			}
+			if m, ok := child.(map[string]any); child == nil || ok && len(m) == 0 {
+				delete(v, k)
+			}
+		}
+	case []any:
+		for _, child := range v {
+			prune(child)
+		}
+	}
+}

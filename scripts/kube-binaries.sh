@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Builds the Kubernetes binaries the tests run from the Go module proxy (tools/go.mod pins every version), into a
+# cache directory keyed by those versions, and prints that directory's bin/ on stdout. Does nothing but print it
+# when every binary asked for is already there.
+#
+#   KUBE_BINARIES  which binaries (default: etcd kube-apiserver kubectl, enough for admission and dry-run tests).
+#                  The full cluster adds kubelet kube-proxy kube-controller-manager kube-scheduler: each is a
+#                  `tool` line of tools/go.mod already, so it is only a longer list here.
+#   KUBE_CACHE_DIR where caches live (default: ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube).
+#
+# With --print-dir it only prints the bin/ directory, built or not: the test harness (internal/kubetest) asks it
+# where the binaries are, so that the cache key is computed in this one place.
+#
+# Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
+# interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
+# building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see the README); warm, nothing.
+set -euo pipefail
+
+# Everything is in main, which bash parses whole before running it: a checkout that changes this file during a
+# build does not change what the running build does.
+main() {
+  local root tools binaries k8s_version etcd_version cache dir bin todo b major minor ldflags p start out
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  tools=$root/tools
+  binaries=${KUBE_BINARIES:-etcd kube-apiserver kubectl}
+
+  # The one place versions come from: tools/go.mod's require lines.
+  k8s_version=$(required_version "$tools/go.mod" k8s.io/kubernetes)
+  etcd_version=$(required_version "$tools/go.mod" go.etcd.io/etcd/server/v3)
+  if [ -z "$k8s_version" ] || [ -z "$etcd_version" ]; then
+    echo "kube-binaries: no k8s.io/kubernetes or go.etcd.io/etcd/server/v3 version in $tools/go.mod" >&2
+    return 1
+  fi
+
+  cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
+  dir=$cache/$k8s_version-etcd-$etcd_version
+  bin=$dir/bin
+  if [ "${1:-}" = --print-dir ]; then
+    echo "$bin"
+    return 0
+  fi
+
+  if [ -z "$(missing "$bin" $binaries)" ]; then
+    echo "$bin"
+    return 0
+  fi
+  mkdir -p "$bin"
+  exec 9>"$dir/.lock"
+  if command -v flock >/dev/null; then
+    flock 9
+  fi
+  todo=$(missing "$bin" $binaries) # again: another run may have built them while we waited for the lock
+  if [ -z "$todo" ]; then
+    echo "$bin"
+    return 0
+  fi
+
+  local pkgs=()
+  for b in $todo; do
+    pkgs+=("$(package_of "$b")")
+  done
+
+  # Without these stamps the binaries say v0.0.0-master and kubectl refuses the server's version.
+  minor=${k8s_version#v*.}
+  minor=${minor%%.*}
+  major=${k8s_version#v}
+  major=${major%%.*}
+  ldflags="-s -w"
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  done
+
+  tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned
+  trap 'rm -rf "$tmp"' EXIT
+  trap 'exit 130' INT TERM # so that the EXIT trap runs on these too
+  echo "kube-binaries: building" $todo "(kubernetes $k8s_version, etcd $etcd_version) into $bin" >&2
+  start=$SECONDS
+  (
+    cd "$tools"
+    GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
+  )
+  for b in $todo; do
+    out=$b
+    # go build names a binary after its package path without the major version suffix: .../server/v3 is "server".
+    [ "$b" = etcd ] && out=server
+    mv "$tmp/$out" "$bin/$b"
+  done
+  echo "kube-binaries: built in $((SECONDS - start)) s" >&2
+  echo "$bin"
+}
+
+# required_version GOMOD MODULE prints the version GOMOD requires MODULE at.
+required_version() {
+  awk -v mod="$2" '$1 == mod && $2 ~ /^v/ { print $2; exit }' "$1"
+}
+
+# package_of BINARY prints the import path BINARY is built from.
+package_of() {
+  case $1 in
+    etcd) echo go.etcd.io/etcd/server/v3 ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubelet | kubectl)
+      echo "k8s.io/kubernetes/cmd/$1" ;;
+    *) echo "kube-binaries: unknown binary $1" >&2; return 1 ;;
+  esac
+}
+
+# missing BIN NAME... prints each NAME that is not an executable in BIN.
+missing() {
+  local bin=$1 b
+  shift
+  for b in "$@"; do
+    [ -x "$bin/$b" ] || echo "$b"
+  done
+}
+
+main "$@"
