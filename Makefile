@@ -37,9 +37,10 @@ kube:
 demo: envoy build
 	$(GO) run ./demo
 
-# Six termination policies (ours as serve and run, plain SIGTERM, fixed wait, Contour's and Envoy Gateway's
-# re-created) against a real Envoy: failed requests, release latency, idle time, poll cost, footprint, 10k
-# connections. About 18 minutes on 2 CPUs; writes bench/results/ (REPORT.md, PNGs, raw JSON/CSV).
+# Six termination policies (ours as serve and run, plain SIGTERM, fixed wait, Contour's and Envoy Gateway's:
+# their real binaries with CONTOUR_BIN / ENVOY_GATEWAY_BIN, else re-created) against a real Envoy: failed
+# requests, Envoy's hook, no-Envoy, release latency, idle time, poll cost, footprint, 10k connections. About
+# 35-40 minutes on 2 CPUs; writes bench/results/ (REPORT.md, PNGs, raw JSON/CSV). BENCH_ARGS=-quick: 8 minutes.
 bench:
 	./bench/run.sh $(BENCH_ARGS)
 

@@ -1,6 +1,8 @@
 // Command bench measures how Envoy terminates under each shutdown policy: a plain SIGTERM, a fixed wait,
-// the peers' policies (Contour's and Envoy Gateway's shutdown managers, re-created in this program from
-// their documented behaviour), and the shutdown manager as `serve` (preStop hook) and as `run` (agent).
+// the peers' policies (Contour's and Envoy Gateway's shutdown managers: their real binaries when the user
+// gives them, -contour-bin and -envoy-gateway-bin, run in kubelet's order by package kubelet; else
+// re-created in this program from their source), and the shutdown manager as `serve` (preStop hook) and
+// as `run` (agent).
 //
 // It drives a real Envoy over loopback only, writes raw results to -out (results.json and
 // load_series.csv), and leaves the tables and pictures to bench/plot.py. Run it with bench/run.sh
@@ -26,16 +28,19 @@ import (
 
 // config is the command line.
 type config struct {
-	manager   string   // the shutdown-manager binary
-	out       string   // results directory
-	scenarios []string // which scenarios to run
-	policies  []string // which policies to run (empty: all available)
+	manager    string   // the shutdown-manager binary
+	contourBin string   // Contour's real binary (empty: the model runs)
+	egBin      string   // Envoy Gateway's real binary (empty: the model runs)
+	out        string   // results directory
+	scenarios  []string // which scenarios to run
+	policies   []string // which policies to run (empty: all available)
 
 	loadRuns      int           // runs per policy of the load scenario
 	latencyRuns   int           // release-latency runs of ours (HTTP)
 	latencyTCP    int           // release-latency runs of ours (TCP)
 	peerRuns      int           // release-latency runs of each peer
 	idleRuns      int           // idle-termination runs per policy
+	noEnvoyRuns   int           // no-Envoy runs per sidecar policy
 	pollRuns      int           // polls per query and configuration
 	scaleRuns     int           // runs of the 10,000-connection scenario
 	scaleConns    int           // connections of the scale scenario
@@ -58,14 +63,19 @@ func main() {
 	var c config
 	var scen, pols string
 	flag.StringVar(&c.manager, "manager", "bin/shutdown-manager", "the shutdown-manager binary")
+	flag.StringVar(&c.contourBin, "contour-bin", os.Getenv("CONTOUR_BIN"),
+		"Contour's `contour` binary, built by you, to run instead of the model (env CONTOUR_BIN)")
+	flag.StringVar(&c.egBin, "envoy-gateway-bin", os.Getenv("ENVOY_GATEWAY_BIN"),
+		"Envoy Gateway's `envoy-gateway` binary, built by you, to run instead of the model (env ENVOY_GATEWAY_BIN)")
 	flag.StringVar(&c.out, "out", "bench/results", "directory for results.json and load_series.csv")
-	flag.StringVar(&scen, "scenarios", "load,latency,idle,pollcost,footprint,scale", "comma-separated scenarios to run")
+	flag.StringVar(&scen, "scenarios", strings.Join(scenarioNames, ","), "comma-separated scenarios to run")
 	flag.StringVar(&pols, "policies", "", "comma-separated policies (default all): "+strings.Join(policyNames(), ","))
 	flag.IntVar(&c.loadRuns, "load-runs", 3, "runs per policy of the load scenario")
 	flag.IntVar(&c.latencyRuns, "latency-runs", 50, "release-latency runs of ours, one HTTP request as the last work")
 	flag.IntVar(&c.latencyTCP, "latency-tcp-runs", 20, "release-latency runs of ours, one TCP connection as the last work")
 	flag.IntVar(&c.peerRuns, "peer-latency-runs", 5, "release-latency runs of each peer")
 	flag.IntVar(&c.idleRuns, "idle-runs", 3, "idle-termination runs per policy")
+	flag.IntVar(&c.noEnvoyRuns, "noenvoy-runs", 2, "no-Envoy runs per sidecar policy (each peer's takes 60-75 s)")
 	flag.IntVar(&c.pollRuns, "poll-runs", 10, "polls per query and configuration")
 	flag.IntVar(&c.scaleRuns, "scale-runs", 3, "runs of the scale scenario")
 	flag.IntVar(&c.scaleConns, "scale-conns", 10000, "idle keep-alive connections of the scale scenario")
@@ -76,17 +86,19 @@ func main() {
 	flag.DurationVar(&c.sampleEvery, "sample", 100*time.Millisecond, "stats sampling interval during the load scenario")
 	flag.StringVar(&c.pollConfigs, "poll-configs", "10:10,1000:10,10000:10,10:500,10000:500", "clusters:listeners configurations of the poll-cost scenario")
 	flag.BoolVar(&c.noRun, "no-run", false, "leave out the `run` policy")
-	flag.BoolVar(&c.quick, "quick", false, "a smoke test: one run of everything, short caps")
+	flag.BoolVar(&c.quick, "quick", false, "a smoke test: one run of everything, short caps (peers that need longer show as capped)")
 	flag.Parse()
 	c.scenarios = splitList(scen)
 	c.policies = splitList(pols)
 	c.commandLine = strings.Join(os.Args, " ")
 	if c.quick {
 		c.loadRuns, c.latencyRuns, c.latencyTCP, c.peerRuns, c.idleRuns, c.pollRuns, c.scaleRuns = 1, 5, 2, 1, 1, 2, 1
+		c.noEnvoyRuns = 1
 		c.scaleConns = min(c.scaleConns, 1000)
 		c.footIdle = 3 * time.Second
 		c.capAfter = min(c.capAfter, 15*time.Second)
 		c.pollConfigs = "10:10,1000:10"
+		c.sampleEvery = 250 * time.Millisecond
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -95,6 +107,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// scenarioNames are the scenarios, in the order they run.
+var scenarioNames = []string{"load", "load-idle60", "load-nopool", "noenvoy", "latency", "idle", "pollcost", "footprint", "scale"}
 
 func splitList(s string) []string {
 	var out []string
@@ -111,7 +126,9 @@ type Results struct {
 	Machine   Machine            `json:"machine"`
 	Policies  []PolicyInfo       `json:"policies"`
 	Notes     []string           `json:"notes"`
+	Cap       float64            `json:"cap_s"` // the bench's own bound on one termination
 	Load      []LoadRun          `json:"load,omitempty"`
+	NoEnvoy   []NoEnvoyRun       `json:"noenvoy,omitempty"`
 	Latency   []LatencyRun       `json:"latency,omitempty"`
 	Idle      []IdleRun          `json:"idle,omitempty"`
 	PollCost  []PollRun          `json:"pollcost,omitempty"`
@@ -139,6 +156,8 @@ type PolicyInfo struct {
 	Name       string `json:"name"`
 	Label      string `json:"label"`
 	Recreated  bool   `json:"recreated"`
+	Real       bool   `json:"real"`
+	Envoy      string `json:"envoy"` // how the policy's project runs Envoy
 	Describe   string `json:"describe"`
 	Available  bool   `json:"available"`
 	Unavailble string `json:"unavailable,omitempty"`
@@ -165,6 +184,17 @@ func run(ctx context.Context, c *config) error {
 	if _, err := os.Stat(c.manager); err != nil {
 		return fmt.Errorf("the manager binary (run make build): %w", err)
 	}
+	for _, b := range []*string{&c.contourBin, &c.egBin} {
+		if *b == "" {
+			continue
+		}
+		if *b, err = filepath.Abs(*b); err != nil {
+			return err
+		}
+		if fi, err := os.Stat(*b); err != nil || fi.Mode()&0o111 == 0 {
+			return fmt.Errorf("peer binary %s: not an executable file (%v)", *b, err)
+		}
+	}
 	c.runAvailable, c.runUnavailErr = probeRun(ctx, c.manager)
 	if c.noRun {
 		c.runAvailable, c.runUnavailErr = false, "left out with -no-run"
@@ -172,25 +202,33 @@ func run(ctx context.Context, c *config) error {
 	if err := os.MkdirAll(c.out, 0o755); err != nil {
 		return err
 	}
-	res := &Results{Durations: map[string]float64{}}
+	res := &Results{Durations: map[string]float64{}, Cap: c.capAfter.Seconds()}
 	res.Machine = machine(ctx, c)
 	for _, p := range allPolicies(c) {
-		res.Policies = append(res.Policies, PolicyInfo{Name: p.name, Label: p.label, Recreated: p.recreated,
-			Describe: p.describe, Available: p.available, Unavailble: p.unavailable})
+		res.Policies = append(res.Policies, PolicyInfo{Name: p.name, Label: p.label, Recreated: p.recreated, Real: p.real,
+			Envoy: p.envoy, Describe: p.describe, Available: p.available, Unavailble: p.unavailable})
 	}
 	if !c.runAvailable {
 		res.Notes = append(res.Notes, "policy `run` left out: "+c.runUnavailErr)
 	}
 	fmt.Printf("bench: envoy %s, manager %s (%s), nproc %d, out %s\n", c.envoyBin.Version, c.manager,
 		res.Machine.Manager, runtime.NumCPU(), c.out)
+	for _, p := range allPolicies(c) {
+		if p.real || p.recreated {
+			fmt.Printf("bench: %s\n", p.label)
+		}
+	}
 	series := newSeriesWriter()
 	steps := map[string]func() error{
-		"load":      func() error { return scenarioLoad(ctx, c, res, series) },
-		"latency":   func() error { return scenarioLatency(ctx, c, res) },
-		"idle":      func() error { return scenarioIdle(ctx, c, res) },
-		"pollcost":  func() error { return scenarioPollCost(ctx, c, res) },
-		"footprint": func() error { return scenarioFootprint(ctx, c, res) },
-		"scale":     func() error { return scenarioScale(ctx, c, res) },
+		"load":        func() error { return scenarioLoad(ctx, c, res, series, loadDefaults) },
+		"load-idle60": func() error { return scenarioLoad(ctx, c, res, series, loadIdle60) },
+		"load-nopool": func() error { return scenarioLoad(ctx, c, res, series, loadNoPool) },
+		"noenvoy":     func() error { return scenarioNoEnvoy(ctx, c, res) },
+		"latency":     func() error { return scenarioLatency(ctx, c, res) },
+		"idle":        func() error { return scenarioIdle(ctx, c, res) },
+		"pollcost":    func() error { return scenarioPollCost(ctx, c, res) },
+		"footprint":   func() error { return scenarioFootprint(ctx, c, res) },
+		"scale":       func() error { return scenarioScale(ctx, c, res) },
 	}
 	var errs []error
 	for _, s := range c.scenarios {

@@ -22,7 +22,7 @@ import (
 // Timing of the peers, as documented.
 const (
 	contourInterval    = 5 * time.Second  // contour envoy shutdown --check-interval
-	contourFilePoll    = 1 * time.Second  // contour's /shutdown checks the ok file this often
+	contourFilePoll    = 1 * time.Second  // contour's /shutdown checks the ok file this often (see prepareContour)
 	egInterval         = 1 * time.Second  // Envoy Gateway polls this often
 	egMinDrain         = 10 * time.Second // --min-drain-duration
 	egDrainTimeout     = 60 * time.Second // --drain-timeout
@@ -36,6 +36,10 @@ var contourExcluded = map[string]bool{"admin": true, "envoy-admin": true, "stats
 
 // egExcluded matches the listener stats Envoy Gateway does not count.
 var egExcluded = regexp.MustCompile(`admin|19001|19003|worker`)
+
+// contourQuery is Contour's stats query (cmd/contour/shutdownmanager.go): Prometheus text, filtered on the
+// raw stat names.
+var contourQuery = "/stats/prometheus?" + url.Values{"filter": {`^http\..*\.downstream_cx_active$`}}.Encode()
 
 // egQuery is Envoy Gateway's stats query.
 var egQuery = "/stats?" + url.Values{"filter": {`^listener\..*\.downstream_cx_active$`}, "format": {"json"}}.Encode()
@@ -54,19 +58,30 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // fileWaiter models a peer's /shutdown handler, which checks a file every interval (first at once) and
 // answers once it exists. It returns when the release happens or ctx is done.
+// The model does not model what kubelet sees of Envoy's hook: the real sidecars die or time out before
+// answering it (see the real-binary runs), which a model in this process cannot reproduce.
 func fileWaiter(ctx context.Context, file *atomic.Bool, interval time.Duration, outcome func() string) releaseResult {
 	for {
 		if file.Load() {
-			return releaseResult{at: time.Now(), outcome: outcome()}
+			o := outcome()
+			claims := "success (ready file written)"
+			if o == "timeout" {
+				claims = "success (exit 0, ready file written at the drain timeout)"
+			}
+			return releaseResult{at: time.Now(), outcome: o, hook: "not modelled",
+				sidecar: func() sidecarStory { return sidecarStory{Hook: "returned (model)", Claims: claims} }}
 		}
 		if !sleepCtx(ctx, interval) {
-			return releaseResult{capped: true}
+			return releaseResult{capped: true, hook: atCap,
+				sidecar: func() sidecarStory {
+					return sidecarStory{Hook: atCap + " (model)", Claims: "none within the bench's cap"}
+				}}
 		}
 	}
 }
 
 // adminDo is one admin request with no size cap and a 30 s bound: Envoy.AdminGet caps answers at 64 MB,
-// and the unfiltered /stats/prometheus the Contour model polls is 149 MB at 10,000 clusters.
+// and the unfiltered /stats/prometheus MARIN3R polls is about 150 MB at 10,000 clusters.
 func adminDo(ctx context.Context, r *rig, method, path string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -88,9 +103,13 @@ func adminDo(ctx context.Context, r *rig, method, path string) ([]byte, error) {
 
 // prepareContour: `contour envoy shutdown` (the shutdown-manager container's exec preStop hook) and the
 // shutdown-manager's /shutdown (Envoy's httpGet preStop hook) run side by side when termination begins.
+// The release is when the hook writes its ok file and returns, not the handler's next 1 s look at the
+// file: in kubelet's order the sidecar gets SIGTERM as soon as its hook returns and, with no handler for
+// it, dies, which ends Envoy's hook (without an answer; the model does not claim that part).
 func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) releaseResult, func(), error) {
 	return func(ctx context.Context) releaseResult {
 		var ok atomic.Bool
+		written := make(chan struct{})
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		go func() { // contour envoy shutdown
@@ -103,16 +122,11 @@ func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) 
 				}
 			}
 			for ctx.Err() == nil { // no deadline of its own: the bench's cap ends it
-				body, err := adminDo(ctx, r, http.MethodGet, "/stats/prometheus")
+				body, err := adminDo(ctx, r, http.MethodGet, contourQuery)
 				if err == nil {
-					var open float64
-					parseProm(body, func(name, labels []byte, v float64) {
-						if string(name) == "envoy_http_downstream_cx_active" && !contourExcluded[promLabel(labels, "envoy_http_conn_manager_prefix")] {
-							open += v
-						}
-					})
-					if open <= 0 {
+					if open, _ := contourConnections(body); open <= 0 {
 						ok.Store(true) // the ok file
+						close(written)
 						return
 					}
 				}
@@ -121,8 +135,23 @@ func prepareContour(_ context.Context, r *rig, _ tuning) (func(context.Context) 
 				}
 			}
 		}()
+		select {
+		case <-written:
+		case <-ctx.Done():
+		}
 		return fileWaiter(ctx, &ok, contourFilePoll, func() string { return "drained" })
 	}, nil, nil
+}
+
+// contourConnections is Contour's count over a Prometheus answer: envoy_http_downstream_cx_active summed
+// over the HTTP managers but its own admin/stats/health ones; n is the number of samples parsed.
+func contourConnections(body []byte) (open float64, n int) {
+	n = parseProm(body, func(name, labels []byte, v float64) {
+		if string(name) == "envoy_http_downstream_cx_active" && !contourExcluded[promLabel(labels, "envoy_http_conn_manager_prefix")] {
+			open += v
+		}
+	})
+	return open, n
 }
 
 // prepareEnvoyGateway: `envoy-gateway envoy shutdown` and the /shutdown/ready handler side by side.

@@ -60,83 +60,136 @@ COLORS = {"plain": "tab:red", "fixed5s": "tab:orange", "contour": "tab:purple", 
           "serve": "tab:green", "run": "tab:blue"}
 
 
+VARIANTS = [
+    ("pool-idle1h", "1a. Under load with an idle pool, Envoy's default idle timeout (1 h)",
+     "Envoy's HTTP manager keeps its default `idle_timeout` of 1 h, so an idle pooled connection stays open "
+     "through any drain. No project in this table changes it but Contour (see 1b)."),
+    ("pool-idle60s", "1b. Under load with an idle pool, Envoy `idle_timeout` 60 s (Contour's own setting)",
+     "The same load, but every policy's Envoy closes HTTP connections idle for 60 s, the setting Contour "
+     "configures for the Envoys it manages. This is Contour's own deployment; Envoy Gateway, plain, fixed wait "
+     "and ours do not set it (for them 1a is their own deployment, this is for comparison)."),
+    ("nopool-idle1h", "1c. Under load without the idle pool, Envoy's defaults",
+     "The same load without the 50 idle pooled connections: what remains open at the end is the in-flight work "
+     "and the 10 s TCP connection."),
+]
+
+
+def capped_text(n, total, cap):
+    return f"no release within the bench's cap of {cap:.0f} s in {n} of {total} runs"
+
+
+def counts(xs):
+    """'answered 200 ×3, no response ×1' for a list of strings."""
+    c = defaultdict(int)
+    for x in xs:
+        c[x or "–"] += 1
+    return ", ".join(f"{k} ×{v}" if len(xs) > 1 else k for k, v in sorted(c.items()))
+
+
 def main(out):
     with open(os.path.join(out, "results.json")) as f:
         res = json.load(f)
-    pols = [p for p in res["policies"] if p["available"]]
     label = {p["name"]: p["label"] for p in res["policies"]}
     order = [p["name"] for p in res["policies"]]
     m = res["machine"]
-    cap = None
+    cap = res.get("cap_s") or 90
     md = []
     md.append("# shutdown-manager benchmark\n")
+    real = [p["label"] for p in res["policies"] if p.get("real")]
+    rec = [p["label"] for p in res["policies"] if p.get("recreated")]
     md.append(f"Produced by `{m['command']}` on {m['finished']}: {m['nproc']} CPUs ({m['cpu']}), Linux {m['kernel']}, "
               f"Envoy {m['envoy_version']}, {m['manager_version']}, {m['go_version']}, `ulimit -n` {m['ulimit_nofile']}. "
               "Everything runs on this one machine over loopback: Envoy, its upstream, the clients, the manager and "
-              "the re-created peers share its CPUs, so absolute times are noisy; counts and ratios are the robust "
+              "the peers share its CPUs, so absolute times are noisy; counts and ratios are the robust "
               "figures. Raw data: [results.json](results.json), [load_series.csv](load_series.csv).\n")
-    md.append(headlines(res, label))
+    peers = []
+    if real:
+        peers.append("run from their real binaries, as their projects deploy them: " + ", ".join(real))
+    if rec:
+        peers.append("**re-created** in this benchmark from their source (models, not the peers' binaries): "
+                     + ", ".join(rec))
+    if peers:
+        md.append("Peers " + "; ".join(peers) + ". The bench's own bound on one termination is "
+                  f"{cap:.0f} s; a policy still holding Envoy then is reported as such, not as failed.\n")
+    md.append(headlines(res, label, cap))
     md.append("## Policies\n")
-    md.append(table(["policy", "what it does"],
-                    [[p["label"], p["describe"] + ("" if p["available"] else f" **Not measured:** {p.get('unavailable', '')}")]
+    md.append(table(["policy", "source", "Envoy as its project runs it", "what it does"],
+                    [[p["label"], "real binary" if p.get("real") else "re-created (model)" if p.get("recreated") else
+                      "this project" if p["name"] in ("serve", "run") else "baseline",
+                      p.get("envoy", ""),
+                      p["describe"] + ("" if p["available"] else f" **Not measured:** {p.get('unavailable', '')}")]
                      for p in res["policies"]]))
-    md.append("\nThe peers' policies (marked *re-created*) are models built in this benchmark from their documented "
-              "behaviour (sources read in 2026-11), not the peers' binaries: same queries, counts, intervals and "
-              "deadlines. Contour's current source passes `?filter=^http\\..*\\.downstream_cx_active$` to "
-              "`/stats/prometheus`; the model polls it unfiltered as MARIN3R (a port of early Contour) does, which "
-              "only changes its poll cost (scenario 4), not when it releases.\n")
+    md.append("\nA real peer runs in kubelet's order: its sidecar server is the shutdown-manager container's process, "
+              "its `envoy shutdown` command that container's exec preStop hook, and Envoy's container has an httpGet "
+              "preStop hook to the sidecar; each container gets SIGTERM when its own hook returns, and a hook still "
+              "running at the end of the grace period is cut. *Envoy's hook* is what kubelet sees of Envoy's "
+              "preStop hook: *answered 200*, *answered 503* (kubelet records FailedPreStopHook for >= 400), *no "
+              "response* (the connection ended without an answer: also FailedPreStopHook) or *never returned* (cut "
+              "at the grace period, here the bench's cap). The re-created peers do not model this (*not modelled*). "
+              "*Verdict* is what the policy itself says of the drain: an exec hook exiting 0, a ready file written or "
+              "a 2xx answer is a claim of success.\n")
     if res.get("notes"):
         md.append("**Notes from this run:** " + "; ".join(res["notes"]) + "\n")
 
     # ---- 1. load ----
     load = res.get("load") or []
     if load:
+        md.append("## 1. Failed requests and time to terminate under load\n")
+        md.append("Load on one Envoy (`--concurrency 2`): 8 HTTP/1.1 keep-alive clients sending `GET /` 20 ms apart "
+                  "(a few hundred requests per second), 4 HTTP/2 streams of 50 ms requests, 8 clients of long requests "
+                  "(2, 4, 6 and 8 s, two each, back to back), one TCP connection through the TCP proxy that the client "
+                  "closes after 10 s, and (1a, 1b) a pool of 50 idle keep-alive connections as a load balancer keeps. "
+                  "Termination begins after 3 s of load; 1 s later the clients start no new request (endpoint removal) "
+                  "and let what is in flight finish. *Failed* counts every request or TCP echo that got an error or a "
+                  "non-2xx answer, plus idle pool connections reset (RST); with a plain SIGTERM it includes the clients' "
+                  "retries against the closed port during that second. *Release − last work* is how long the policy "
+                  "held Envoy after the last request or TCP connection had ended (negative: it let Envoy go while "
+                  "work was in flight). Idle pool connections are closed by the kernel with a FIN when Envoy exits.\n")
+        for vname, title, text in VARIANTS:
+            vl = [r for r in load if r.get("variant", "pool-idle1h") == vname]
+            if not vl:
+                continue
+            md.append(f"### {title}\n")
+            md.append(text + "\n")
+            md.append(load_table(vl, label, order, cap))
+            md.append("")
+            if vname == "pool-idle1h":
+                plot_series(out, res, label, order)
+                md.append("![open connections during the drain](load_connections.png)\n")
+                md.append("![the first 15 s](load_connections_15s.png)\n")
+                md.append("Open downstream connections (HTTP listener + TCP listener, idle pool included) and HTTP "
+                          "requests in flight, sampled from Envoy's stats during run 1 of each policy (1a); × marks a "
+                          "sample at which the clients' failed count grew. A line ends when Envoy exits.\n")
+
+    # ---- 1d. no Envoy ----
+    ne = res.get("noenvoy") or []
+    if ne:
         by = defaultdict(list)
-        for r in load:
+        for r in ne:
             by[r["policy"]].append(r)
         rows = []
         for name in order:
             rs = by.get(name)
             if not rs:
                 continue
-            classes = defaultdict(int)
-            for r in rs:
-                for k, v in (r.get("errors") or {}).items():
-                    classes[k] += v
-            capped = [r for r in rs if r["capped"]]
-            term = [r["time_to_terminate_s"] for r in rs if not r["capped"] and r["time_to_terminate_s"] >= 0]
-            wait = [r["release_s"] - r["last_work_end_s"] for r in rs if not r["capped"] and r["release_s"] >= 0]
-            tt = spread(term, 2, " s") if term else ""
+            rel = [r["release_s"] for r in rs if r["release_s"] >= 0]
+            capped = sum(1 for r in rs if r["capped"])
+            t = spread(rel, 2, " s") if rel else ""
             if capped:
-                tt = (tt + "; " if tt else "") + f"no release in {len(capped)} of {len(rs)} runs (capped at the bench's bound)"
-            rows.append([label[name], len(rs), spread([r["failed"] for r in rs], 0),
-                         ", ".join(f"{k} {v}" for k, v in sorted(classes.items())) or "–",
-                         sum(r["long_failed"] for r in rs), sum(r["tcp_failed"] for r in rs),
-                         sum(r["pool_fin"] for r in rs), sum(r["pool_rst"] + r["pool_other"] for r in rs),
-                         tt, spread(wait, 2, " s") if wait else "–",
-                         spread([r["sent"] for r in rs], 0)])
-        md.append("## 1. Failed requests and time to terminate under load\n")
-        md.append("Load on one Envoy (`--concurrency 2`): 8 HTTP/1.1 keep-alive clients sending `GET /` 20 ms apart "
-                  "(a few hundred requests per second), 4 HTTP/2 streams of 50 ms requests, 8 clients of long requests "
-                  "(2, 4, 6 and 8 s, two each, back to back), one TCP connection through the TCP proxy that the client "
-                  "closes after 10 s, and a pool of 50 idle keep-alive connections as a load balancer keeps. Termination "
-                  "begins after 3 s of load; 1 s later the clients start no new request (endpoint removal) and let "
-                  "what is in flight finish. *Failed* counts every request or TCP echo that got an error or a non-2xx "
-                  "answer, plus idle pool connections reset (RST); with a plain SIGTERM it includes the clients' "
-                  "retries against the closed port during that second. *Release − last work* is how long the policy "
-                  "held Envoy after the last request or TCP connection had ended (negative: it let Envoy go while "
-                  "work was in flight). Idle pool connections are closed by the kernel with a FIN when Envoy exits.\n")
-        md.append(table(["policy", "runs", "failed, median (min–max)", "failures by class (all runs)",
-                         "long requests failed (all runs)", "TCP echoes failed (all runs)", "pool FIN (all runs)",
-                         "pool RST (all runs)", "time to terminate (start → Envoy exit)", "release − last work",
-                         "requests sent"], rows))
+                t = (t + "; " if t else "") + f"no release within the bench's cap in {capped} of {len(rs)} runs"
+            rows.append([label[name], len(rs), t, counts([r["hook"] for r in rs]),
+                         counts([r["sidecar"].get("hook") or "–" for r in rs]),
+                         counts([r["sidecar"].get("exit") or "–" for r in rs]),
+                         counts([r["sidecar"].get("claims") or "–" for r in rs])])
+        md.append("## 1d. No Envoy at all\n")
+        md.append("The policy's sidecar starts beside a live Envoy, then Envoy is killed (SIGKILL) and the pod is "
+                  "terminated: a crashed or OOM-killed Envoy, or one that never started. Nothing can be drained; what "
+                  "matters is how soon the policy lets the pod go and whether it says the drain succeeded. This "
+                  f"scenario's cap is {max(cap, 75):.0f} s (at least 75 s, so a 60 s drain timeout shows as itself). "
+                  "*Time to release* is from the start of termination to Envoy's hook returning.\n")
+        md.append(table(["policy", "runs", "time to release", "Envoy's hook", "the sidecar's exec hook",
+                         "the sidecar process", "verdict"], rows))
         md.append("")
-        plot_series(out, res, label, order)
-        md.append("![open connections during the drain](load_connections.png)\n")
-        md.append("![the first 15 s](load_connections_15s.png)\n")
-        md.append("Open downstream connections (HTTP listener + TCP listener, idle pool included) and HTTP requests "
-                  "in flight, sampled from Envoy's stats every 100 ms during run 1 of each policy; × marks a sample "
-                  "at which the clients' failed count grew. A line ends when Envoy exits.\n")
 
     # ---- 2. latency ----
     lat = res.get("latency") or []
@@ -158,7 +211,7 @@ def main(out):
         md.append("The only work in flight is one request (`GET /sleep`, 0.7–1.3 s for ours, random) or one TCP "
                   "connection the client closes; termination begins while it runs. Latency = from the moment the "
                   "client sees the work end to the release (`/shutdown` returns; for `run`, the manager's "
-                  "`drain finished` log line; for the peers, their `/shutdown` handler answering). Ours runs with "
+                  "`drain finished` log line; for the peers, Envoy's hook returning, answered or not). Ours runs with "
                   "`--min-drain-duration 300ms` (shorter than the work) and the default `--check-interval` 250 ms. "
                   "The peers' work lasts past their minimum (Envoy Gateway: 10.2–11.2 s; Contour: 1–6 s), so their "
                   "poll intervals show. Targets for ours: median ≤ 50 ms, p99 ≤ 250 ms.\n")
@@ -211,11 +264,14 @@ def main(out):
         for r in pc:
             by[(r["clusters"], r["listeners"], r["query"])].append(r)
         qlabel = {"ours": "ours: `/stats?filter=^(listener|http)\\..*\\.downstream_(cx|rq)_active$&format=json&type=Gauges`",
+                  "contour": "Contour: `/stats/prometheus?filter=^http\\..*\\.downstream_cx_active$` (its real, filtered query)",
                   "envoygateway": "Envoy Gateway: `/stats?filter=^listener\\..*\\.downstream_cx_active$&format=json`",
-                  "prometheus": "unfiltered `/stats/prometheus` (Contour model, MARIN3R)"}
-        qshort = {"ours": "ours", "envoygateway": "Envoy Gateway", "prometheus": "/stats/prometheus unfiltered"}
+                  "marin3r": "MARIN3R: unfiltered `/stats/prometheus` (a port of early Contour; Contour itself filters)"}
+        qorder = ["ours", "contour", "envoygateway", "marin3r", "prometheus"]
+        qshort = {"ours": "ours", "contour": "Contour", "envoygateway": "Envoy Gateway",
+                  "marin3r": "MARIN3R (unfiltered)", "prometheus": "/stats/prometheus unfiltered"}
         rows = []
-        for (cl, li, q), rs in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], ["ours", "envoygateway", "prometheus"].index(kv[0][2]))):
+        for (cl, li, q), rs in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], qorder.index(kv[0][2]))):
             rows.append([f"{cl:,}", li, qshort[q], f"{int(med([r['bytes'] for r in rs])):,}",
                          spread([r["ms"] for r in rs], 1), fmt(sum(r["envoy_cpu_ms"] for r in rs) / len(rs), 1),
                          f"{int(med([r['samples'] for r in rs])):,}", len(rs), fmt(rs[0]["envoy_start_s"], 1),
@@ -230,15 +286,15 @@ def main(out):
                          "Envoy CPU ms per poll (mean)", "stats parsed", "polls", "Envoy start s", "Envoy RSS MB"], rows))
         md.append("")
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        for q, mk in (("ours", "o"), ("envoygateway", "s"), ("prometheus", "^")):
+        for q, mk in (("ours", "o"), ("contour", "D"), ("envoygateway", "s"), ("marin3r", "^")):
             for li, ls in ((10, "-"), (500, "--")):
                 pts = sorted((cl, med([r["bytes"] for r in rs]), med([r["ms"] for r in rs]))
                              for (cl, l2, q2), rs in by.items() if q2 == q and l2 == li)
                 if not pts:
                     continue
                 xs = [p[0] for p in pts]
-                axes[0].plot(xs, [p[1] for p in pts], marker=mk, linestyle=ls, label=f"{q}, {li} listeners")
-                axes[1].plot(xs, [p[2] for p in pts], marker=mk, linestyle=ls, label=f"{q}, {li} listeners")
+                axes[0].plot(xs, [p[1] for p in pts], marker=mk, linestyle=ls, label=f"{qshort[q]}, {li} listeners")
+                axes[1].plot(xs, [p[2] for p in pts], marker=mk, linestyle=ls, label=f"{qshort[q]}, {li} listeners")
         for ax, yl in ((axes[0], "bytes per poll"), (axes[1], "ms per poll (fetch + parse)")):
             ax.set_xscale("log")
             ax.set_yscale("log")
@@ -274,8 +330,18 @@ def main(out):
             rows.append([f"`serve` draining {n:,} connections: CPU seconds for the whole drain",
                          spread([s["mgr_cpu_s"] for s in scale], 3, " s")])
         md.append(table(["what", "measured"], rows))
-        md.append("\nFor comparison (ANCHORS, measured on these machines): Contour's shutdown-manager 83.6 MB binary, "
-                  "42 MB RSS idle; Envoy Gateway's 239 MB binary, 97 MB RSS idle.\n")
+        md.append("")
+        peers = (fp or {}).get("peers") or []
+        if peers:
+            md.append("The peers' sidecar servers, measured by this run from the binaries given (idle, no termination):\n")
+            md.append(table(["peer", "binary size", "idle RSS (VmRSS)", "idle CPU per minute"],
+                            [[label.get(p["name"], p["name"]), f"{p['binary_bytes'] / 1e6:.1f} MB",
+                              f"{p['rss_kb'] / 1024:.1f} MiB", f"{p['cpu_s_per_min']:.3f} s (over {p['measured_s']:.0f} s)"]
+                             for p in peers]))
+            md.append("")
+        else:
+            md.append("The peers' footprint is measured only from their real binaries (`-contour-bin`, "
+                      "`-envoy-gateway-bin`); none was given to this run.\n")
     if scale:
         n = scale[0]["conns"]
         md.append(f"## 6. Scale: {n:,} keep-alive connections\n")
@@ -307,26 +373,83 @@ def main(out):
     print(f"plot.py: wrote {out}/REPORT.md and the PNGs")
 
 
-def headlines(res, label):
+def load_table(load, label, order, cap):
+    by = defaultdict(list)
+    for r in load:
+        by[r["policy"]].append(r)
+    rows = []
+    for name in order:
+        rs = by.get(name)
+        if not rs:
+            continue
+        classes = defaultdict(int)
+        for r in rs:
+            for k, v in (r.get("errors") or {}).items():
+                classes[k] += v
+        capped = [r for r in rs if r["capped"]]
+        term = [r["time_to_terminate_s"] for r in rs if not r["capped"] and r["time_to_terminate_s"] >= 0]
+        wait = [r["release_s"] - r["last_work_end_s"] for r in rs if not r["capped"] and r["release_s"] >= 0]
+        tt = spread(term, 2, " s") if term else ""
+        if capped:
+            tt = (tt + "; " if tt else "") + capped_text(len(capped), len(rs), cap)
+        rows.append([label[name], len(rs), spread([r["failed"] for r in rs], 0),
+                     ", ".join(f"{k} {v}" for k, v in sorted(classes.items())) or "–",
+                     sum(r["long_failed"] for r in rs), sum(r["tcp_failed"] for r in rs),
+                     f"{sum(r['pool_fin'] for r in rs)} / {sum(r['pool_rst'] + r['pool_other'] for r in rs)}"
+                     if rs[0].get("pool_connections") else "no pool",
+                     tt, spread(wait, 2, " s") if wait else "–",
+                     counts([r.get("hook", "") for r in rs]),
+                     counts([(r.get("sidecar") or {}).get("claims") or "–" for r in rs]),
+                     spread([r["sent"] for r in rs], 0)])
+    return table(["policy", "runs", "failed, median (min–max)", "failures by class (all runs)",
+                  "long requests failed (all runs)", "TCP echoes failed (all runs)", "pool FIN / RST (all runs)",
+                  "time to terminate (start → Envoy exit)", "release − last work", "Envoy's hook (kubelet)",
+                  "verdict", "requests sent"], rows)
+
+
+def headline_cell(rs, key, cap, failed_key):
+    capped = sum(1 for r in rs if r["capped"])
+    xs = [r[key] for r in rs if not r["capped"] and r[key] >= 0]
+    parts = []
+    if failed_key:
+        parts.append(f"{sum(r[failed_key] for r in rs)} failed")
+    t = f"{fmt(med(xs), 1)} s" if xs else ""
+    if capped:
+        t = (t + ", " if t else "") + f"held past the cap ({cap:.0f} s) in {capped} of {len(rs)}"
+    parts.append(t)
+    parts.append(counts([r.get("hook", "") for r in rs]))
+    return "; ".join(parts)
+
+
+def headlines(res, label, cap):
     """A few lines for the top of the report, computed from the same data as the tables."""
     h = []
     load = res.get("load") or []
-    for name in ("serve", "run"):
-        rs = [r for r in load if r["policy"] == name]
-        if rs:
-            wait = [r["release_s"] - r["last_work_end_s"] for r in rs if r["release_s"] >= 0]
-            h.append(f"Under load, {label[name]}: {sum(r['failed'] for r in rs)} failed requests in {len(rs)} runs "
-                     f"(of {sum(r['sent'] for r in rs):,} sent); released {fmt(med(wait) * 1000, 0)} ms (median) after the "
-                     f"last request or TCP connection ended, with {rs[0]['pool_connections']} idle pool connections still open.")
-    for name in ("plain", "fixed5s", "contour", "envoygateway"):
-        rs = [r for r in load if r["policy"] == name]
-        if rs:
-            capped = sum(1 for r in rs if r["capped"])
-            term = [r["time_to_terminate_s"] for r in rs if r["time_to_terminate_s"] >= 0]
-            t = f"terminated in {fmt(med(term), 1)} s (median)" if term else "never released"
-            if capped:
-                t += f"; no release in {capped} of {len(rs)} runs before the bench's cap"
-            h.append(f"Under load, {label[name]}: {sum(r['failed'] for r in rs)} failed in {len(rs)} runs; {t}.")
+    ne = res.get("noenvoy") or []
+    if load or ne:
+        cols = [(v, t) for v, t in (("pool-idle1h", "under load, idle pool, Envoy idle_timeout 1 h (default)"),
+                                    ("pool-idle60s", "under load, idle pool, idle_timeout 60 s (Contour's)"),
+                                    ("nopool-idle1h", "under load, no idle pool"))
+                if any(r.get("variant", "pool-idle1h") == v for r in load)]
+        rows = []
+        for name in ("plain", "fixed5s", "contour", "envoygateway", "serve", "run"):
+            if not any(r["policy"] == name for r in load + ne):
+                continue
+            row = [label[name]]
+            for v, _ in cols:
+                rs = [r for r in load if r["policy"] == name and r.get("variant", "pool-idle1h") == v]
+                row.append(headline_cell(rs, "time_to_terminate_s", cap, "failed") if rs else "–")
+            if ne:
+                rs = [r for r in ne if r["policy"] == name]
+                row.append(headline_cell(rs, "release_s", max(cap, 75), None) + "; " +
+                           counts([r["sidecar"].get("claims") or "–" for r in rs]) if rs else
+                           "n/a (runs Envoy itself)" if name == "run" else "n/a (nothing watches Envoy)")
+            rows.append(row)
+        hdr = ["policy"] + [t for _, t in cols] + (["no Envoy: release; Envoy's hook; verdict"] if ne else [])
+        runs = max([r["run"] for r in load + ne] or [0])
+        h.append(f"Failed requests; start of termination → Envoy's exit (median); what kubelet saw of Envoy's preStop "
+                 f"hook. Up to {runs} run(s) per cell; the bench's cap is {cap:.0f} s (no-Envoy: {max(cap, 75):.0f} s). "
+                 "Details and spreads below.\n\n" + table(hdr, rows) + "\n")
     for work, what in (("http", "one long request"), ("tcp", "one TCP connection")):
         lat = [r["latency_ms"] for r in res.get("latency") or []
                if r["policy"] == "serve" and r["work"] == work and r["latency_ms"] != -1]
@@ -350,13 +473,18 @@ def headlines(res, label):
             rs = [r for r in pc if r["query"] == q and r["clusters"] == cl and r["listeners"] == li]
             return (med([r["bytes"] for r in rs]), med([r["ms"] for r in rs])) if rs else None
         cls = sorted(set(r["clusters"] for r in pc if r["listeners"] == 10))
-        if len(cls) >= 2:
-            o1, o2 = at("ours", cls[0], 10), at("ours", cls[-1], 10)
-            p2 = at("prometheus", cls[-1], 10)
-            if o1 and o2 and p2:
-                h.append(f"One poll of ours: {int(o1[0]):,} → {int(o2[0]):,} bytes from {cls[0]:,} to {cls[-1]:,} clusters "
-                         f"({fmt(o1[1], 1)} → {fmt(o2[1], 1)} ms: Envoy still scans every stat for the filter); an "
-                         f"unfiltered /stats/prometheus at {cls[-1]:,} clusters: {p2[0] / 1e6:.0f} MB, {fmt(p2[1], 0)} ms.")
+        if cls:
+            top = cls[-1]
+            parts = []
+            for q, name in (("ours", "ours"), ("contour", "Contour's (filtered Prometheus)"),
+                            ("envoygateway", "Envoy Gateway's")):
+                v = at(q, top, 10)
+                if v:
+                    parts.append(f"{name} {int(v[0]):,} bytes, {fmt(v[1], 0)} ms")
+            mv = at("marin3r", top, 10)
+            extra = (f" (MARIN3R's unfiltered /stats/prometheus: {mv[0] / 1e6:.0f} MB, {fmt(mv[1], 0)} ms)" if mv else "")
+            h.append(f"One poll at {top:,} clusters and 10 listeners, each policy's real query: " + "; ".join(parts) +
+                     extra + ". Envoy scans every stat for any filter, so the cost grows with the configuration.")
     sc = res.get("scale") or []
     if sc:
         h.append(f"{sc[0]['conns']:,} keep-alive connections: released {fmt(med([s['release_after_work_ms'] for s in sc]), 0)} ms "
@@ -365,7 +493,7 @@ def headlines(res, label):
                  f"{sum(s['pool_fin'] for s in sc):,} FIN, {sum(s['pool_rst'] for s in sc)} RST.")
     if not h:
         return ""
-    return "## Headlines\n\n" + "\n".join("- " + x for x in h) + "\n"
+    return "## Headlines\n\n" + "\n".join(x if x.startswith("Failed requests;") else "- " + x for x in h) + "\n"
 
 
 def plot_series(out, res, label, order):
@@ -375,10 +503,11 @@ def plot_series(out, res, label, order):
     data = defaultdict(list)
     with open(path) as f:
         for row in csv.DictReader(f):
-            if row["run"] != "1":
+            if row["run"] != "1" or row.get("variant", "pool-idle1h") != "pool-idle1h":
                 continue
             data[row["policy"]].append(row)
-    failed1 = {r["policy"]: r["failed"] for r in res.get("load") or [] if r["run"] == 1}
+    failed1 = {r["policy"]: r["failed"] for r in res.get("load") or []
+               if r["run"] == 1 and r.get("variant", "pool-idle1h") == "pool-idle1h"}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
     for name in order:
         rows = data.get(name)

@@ -18,9 +18,14 @@ import (
 type policy struct {
 	name, label string
 	recreated   bool // a peer's policy, re-created in this program from its documented behaviour
+	real        bool // a peer's real binary, run as its project deploys it
 	describe    string
 	available   bool
 	unavailable string
+	// envoy says how the policy's project runs Envoy, and envoyOpts applies it to the test bed: what the
+	// peer's deployment sets, whichever Envoy settings a scenario varies.
+	envoy     string
+	envoyOpts func(*testbed.Options)
 
 	// agent: Envoy runs under the manager (Options.Wrapper); termination is SIGTERM to the manager.
 	agent bool
@@ -40,6 +45,22 @@ type releaseResult struct {
 	at      time.Time // when the release happened (zero: unknown or none)
 	capped  bool      // the bench's cap came first
 	outcome string    // the policy's own word: "drained", "timeout", "fixed", ...
+	// hook is how Envoy's preStop hook ended as kubelet sees it: "answered 200", "answered 503",
+	// "no response", "never returned"; "no hook" without one; "not modelled" for a re-created peer.
+	hook string
+	// sidecar, if not nil, waits until the policy's own sidecar container has stopped and tells its story.
+	sidecar func() sidecarStory
+}
+
+// atCap is the hook outcome of a policy still holding Envoy at the bench's cap: not "never returned",
+// which only a real grace period could show.
+const atCap = "still running at the bench's cap"
+
+// sidecarStory is what happened to a policy's own process during a termination.
+type sidecarStory struct {
+	Hook   string `json:"hook"`   // its exec preStop hook: "exit 0", "never returned"; "" without one
+	Exit   string `json:"exit"`   // how its process ended
+	Claims string `json:"claims"` // the policy's own verdict: "success (...)", "failure (...)", "no verdict (...)"
 }
 
 // rig is one Envoy under test and what runs beside it.
@@ -62,60 +83,101 @@ func allPolicies(c *config) []policy {
 			name: "plain", label: "plain SIGTERM",
 			describe:  "SIGTERM to Envoy when termination begins (no preStop hook).",
 			available: true,
+			envoy:     "Envoy's defaults",
 			prepare: func(context.Context, *rig, tuning) (func(context.Context) releaseResult, func(), error) {
-				return func(context.Context) releaseResult { return releaseResult{at: time.Now(), outcome: "immediate"} }, nil, nil
+				return func(context.Context) releaseResult {
+					return releaseResult{at: time.Now(), outcome: "immediate", hook: "no hook"}
+				}, nil, nil
 			},
 		},
 		{
 			name: "fixed5s", label: "fixed wait 5 s",
 			describe:  "preStop sleeps 5 s, then SIGTERM (Istio's default terminationDrainDuration, without EXIT_ON_ZERO_ACTIVE_CONNECTIONS).",
 			available: true,
+			envoy:     "Envoy's defaults",
 			prepare: func(context.Context, *rig, tuning) (func(context.Context) releaseResult, func(), error) {
 				return func(ctx context.Context) releaseResult {
 					t := time.NewTimer(5 * time.Second) // the policy itself, not synchronisation
 					defer t.Stop()
 					select {
 					case <-t.C:
-						return releaseResult{at: time.Now(), outcome: "fixed"}
+						return releaseResult{at: time.Now(), outcome: "fixed", hook: "sleep returned"}
 					case <-ctx.Done():
-						return releaseResult{capped: true}
+						return releaseResult{capped: true, hook: atCap}
 					}
 				}, nil, nil
 			},
 		},
-		{
-			name: "contour", label: "Contour (re-created)", recreated: true,
-			describe: "Re-created from documented behaviour: POST /healthcheck/fail, then every 5 s an unfiltered GET " +
-				"/stats/prometheus summing envoy_http_downstream_cx_active over HTTP managers except admin (TCP proxy " +
-				"invisible); at <= 0 it writes its ok file, which the /shutdown handler checks every 1 s. No deadline " +
-				"(the bench caps it).",
-			available: true,
-			prepare:   prepareContour,
-		},
-		{
-			name: "envoygateway", label: "Envoy Gateway (re-created)", recreated: true,
-			describe: "Re-created from documented behaviour: POST /healthcheck/fail, then every 1 s GET " +
-				"/stats?filter=^listener\\..*\\.downstream_cx_active$&format=json summing listener connections except " +
-				"admin/worker; releases at 0 once 10 s have passed, or at the 60 s drain timeout; its /shutdown/ready " +
-				"handler checks the ready file every 1 s.",
-			available: true,
-			prepare:   prepareEnvoyGateway,
-		},
+		contourPolicy(c),
+		egPolicy(c),
 		{
 			name: "serve", label: "shutdown-manager serve",
 			describe:  "Ours as a sidecar: preStop GET /shutdown (blocks until the drain releases), then SIGTERM. Defaults unless the scenario says otherwise.",
 			available: true,
+			envoy:     "Envoy's defaults (the project sets none)",
 			prepare:   prepareServe,
 		},
 		{
 			name: "run", label: "shutdown-manager run",
 			describe:  "Ours as an agent: `shutdown-manager run [drain flags] -- envoy ...`; SIGTERM to the manager, which drains and stops Envoy.",
 			available: c.runAvailable, unavailable: c.runUnavailErr,
+			envoy:   "Envoy's defaults (the project sets none)",
 			agent:   true,
 			prepare: prepareRun,
 		},
 	}
 	return ps
+}
+
+// contourPolicy is Contour's: its real binary when -contour-bin is given, else the model.
+func contourPolicy(c *config) policy {
+	p := policy{
+		name: "contour", available: true,
+		envoy: "HTTP idle_timeout 60 s (Contour sets it for its Envoys); admin on a unix socket",
+	}
+	if c.contourBin != "" {
+		p.label, p.real = "Contour (real binary)", true
+		p.describe = "The real `contour` binary (" + c.contourBin + ") as Contour deploys it: `contour envoy shutdown-manager` " +
+			"as the sidecar, `contour envoy shutdown` as its exec preStop hook (admin over a unix socket), Envoy's " +
+			"preStop GET /shutdown; kubelet's order. Grace period 300 s (the bench's cap if shorter)."
+		p.envoyOpts = func(o *testbed.Options) { o.AdminUnix = true }
+		p.prepare = prepareRealContour
+		return p
+	}
+	p.label, p.recreated = "Contour (re-created)", true
+	p.describe = "Re-created from its source: POST /healthcheck/fail, then every 5 s GET " +
+		"/stats/prometheus?filter=^http\\..*\\.downstream_cx_active$ summing envoy_http_downstream_cx_active over " +
+		"HTTP managers except admin (TCP proxy invisible); at <= 0 it writes its ok file and its hook returns, which ends Envoy's " +
+		"hook (kubelet stops the sidecar; its /shutdown handler would look at the file only within 1 s). No deadline (the bench caps it)."
+	p.prepare = prepareContour
+	return p
+}
+
+// egPolicy is Envoy Gateway's: its real binary when -envoy-gateway-bin is given, else the model.
+func egPolicy(c *config) policy {
+	p := policy{
+		name: "envoygateway", available: true,
+		envoy: "--drain-strategy immediate --drain-time-s 60; no idle timeout (Envoy's 1 h); admin on 127.0.0.1:19000",
+	}
+	opts := func(o *testbed.Options) { o.DrainStrategy, o.DrainTime = "immediate", egDrainTimeout }
+	if c.egBin != "" {
+		p.label, p.real = "Envoy Gateway (real binary)", true
+		p.describe = "The real `envoy-gateway` binary (" + c.egBin + ") as Envoy Gateway deploys it: `envoy-gateway envoy " +
+			"shutdown-manager` as the sidecar (port 19002), `envoy-gateway envoy shutdown` as its exec preStop hook " +
+			"(admin 127.0.0.1:19000, ready file /tmp/shutdown-ready), Envoy's preStop GET /shutdown/ready; kubelet's " +
+			"order. Grace period 360 s (the bench's cap if shorter)."
+		p.envoyOpts = func(o *testbed.Options) { opts(o); o.AdminPort = egAdminPort }
+		p.prepare = prepareRealEG
+		return p
+	}
+	p.label, p.recreated = "Envoy Gateway (re-created)", true
+	p.describe = "Re-created from its source: POST /healthcheck/fail, then every 1 s GET " +
+		"/stats?filter=^listener\\..*\\.downstream_cx_active$&format=json summing listener connections except " +
+		"admin/worker; releases at 0 once 10 s have passed, or at the 60 s drain timeout; its /shutdown/ready " +
+		"handler checks the ready file every 1 s."
+	p.envoyOpts = opts
+	p.prepare = prepareEnvoyGateway
+	return p
 }
 
 // selectedPolicies returns the available policies the command line asks for.
@@ -157,15 +219,17 @@ func prepareServe(ctx context.Context, r *rig, tune tuning) (func(context.Contex
 		code, body, err := m.Shutdown(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
-				return releaseResult{capped: true}
+				return releaseResult{capped: true, hook: atCap}
 			}
-			return releaseResult{at: time.Now(), outcome: "error: " + err.Error()}
+			return releaseResult{at: time.Now(), outcome: "error: " + err.Error(), hook: "no response"}
 		}
 		outcome, _, _ := strings.Cut(body, ":")
 		if code != 200 && code != 503 {
 			outcome = fmt.Sprintf("http %d: %s", code, body)
 		}
-		return releaseResult{at: time.Now(), outcome: outcome}
+		story := sidecarStory{Claims: ourVerdict(outcome, fmt.Sprintf("answered %d", code))}
+		return releaseResult{at: time.Now(), outcome: outcome, hook: fmt.Sprintf("answered %d", code),
+			sidecar: func() sidecarStory { return story }}
 	}
 	return release, m.Stop, nil
 }
@@ -180,12 +244,23 @@ func prepareRun(_ context.Context, r *rig, _ tuning) (func(context.Context) rele
 		select {
 		case <-r.e.Exited():
 		case <-ctx.Done():
-			return releaseResult{capped: true}
+			return releaseResult{capped: true, hook: "no hook (agent)"}
 		}
 		at, outcome := drainFinished(r.e.LogPath)
-		return releaseResult{at: at, outcome: outcome}
+		exit := fmt.Sprintf("exit %d", r.e.Cmd.ProcessState.ExitCode())
+		story := sidecarStory{Exit: exit, Claims: ourVerdict(outcome, exit)}
+		return releaseResult{at: at, outcome: outcome, hook: "no hook (agent)", sidecar: func() sidecarStory { return story }}
 	}
 	return release, nil, nil
+}
+
+// ourVerdict is the manager's own word on a drain: only "drained" claims a drained Envoy; envoy_gone,
+// timeout and error say what happened instead.
+func ourVerdict(outcome, how string) string {
+	if outcome == "drained" {
+		return "success (" + how + " drained)"
+	}
+	return outcome + " (" + how + ")"
 }
 
 // wrapperFor returns the testbed Wrapper that runs Envoy under `shutdown-manager run` for policy p.

@@ -28,6 +28,9 @@ func newRig(ctx context.Context, c *config, p policy, tune tuning, opts testbed.
 	}
 	r := &rig{c: c, up: up, dir: dir}
 	opts.Dir = dir
+	if p.envoyOpts != nil {
+		p.envoyOpts(&opts)
+	}
 	if p.agent {
 		opts.AdminUnix = true
 		opts.Wrapper = wrapperFor(r, p, tune)
@@ -54,6 +57,8 @@ type termination struct {
 	exit    time.Time // Envoy (for `run`: the manager, after Envoy) exited (zero: killed by the bench)
 	capped  bool
 	outcome string
+	hook    string
+	sidecar func() sidecarStory
 }
 
 func secs(from, to time.Time) float64 {
@@ -70,7 +75,7 @@ func terminate(ctx context.Context, c *config, r *rig, p policy, release func(co
 	capCtx, cancel := context.WithTimeout(ctx, c.capAfter)
 	rr := release(capCtx)
 	cancel()
-	t.release, t.capped, t.outcome = rr.at, rr.capped, rr.outcome
+	t.release, t.capped, t.outcome, t.hook, t.sidecar = rr.at, rr.capped, rr.outcome, rr.hook, rr.sidecar
 	if t.capped {
 		t.outcome = "no release (capped)"
 	}
@@ -100,13 +105,13 @@ type seriesWriter struct {
 }
 
 func newSeriesWriter() *seriesWriter {
-	return &seriesWriter{rows: [][]string{{"policy", "run", "t", "cx_http", "cx_tcp", "rq_active", "failed"}}}
+	return &seriesWriter{rows: [][]string{{"variant", "policy", "run", "t", "cx_http", "cx_tcp", "rq_active", "failed"}}}
 }
 
-func (s *seriesWriter) add(policy string, run int, t float64, cxHTTP, cxTCP, rq, failed int64) {
+func (s *seriesWriter) add(variant, policy string, run int, t float64, cxHTTP, cxTCP, rq, failed int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.rows = append(s.rows, []string{policy, strconv.Itoa(run), strconv.FormatFloat(t, 'f', 3, 64),
+	s.rows = append(s.rows, []string{variant, policy, strconv.Itoa(run), strconv.FormatFloat(t, 'f', 3, 64),
 		strconv.FormatInt(cxHTTP, 10), strconv.FormatInt(cxTCP, 10), strconv.FormatInt(rq, 10), strconv.FormatInt(failed, 10)})
 }
 
@@ -135,7 +140,7 @@ type sampler struct {
 	done chan struct{}
 }
 
-func startSampler(ctx context.Context, c *config, r *rig, policy string, run int, series *seriesWriter,
+func startSampler(ctx context.Context, c *config, r *rig, variant, policy string, run int, series *seriesWriter,
 	origin time.Time, failed func() int64, stop <-chan struct{}) *sampler {
 	s := &sampler{done: make(chan struct{})}
 	go func() {
@@ -147,7 +152,7 @@ func startSampler(ctx context.Context, c *config, r *rig, policy string, run int
 			case <-stop:
 				return
 			case <-r.e.Exited():
-				series.add(policy, run, time.Since(origin).Seconds(), 0, 0, 0, failed())
+				series.add(variant, policy, run, time.Since(origin).Seconds(), 0, 0, 0, failed())
 				return
 			case <-ctx.Done():
 				return
@@ -158,10 +163,10 @@ func startSampler(ctx context.Context, c *config, r *rig, policy string, run int
 			cancel()
 			t := time.Since(origin).Seconds()
 			if err != nil {
-				series.add(policy, run, t, -1, -1, -1, failed())
+				series.add(variant, policy, run, t, -1, -1, -1, failed())
 				continue
 			}
-			series.add(policy, run, t, st["listener.ingress_http.downstream_cx_active"],
+			series.add(variant, policy, run, t, st["listener.ingress_http.downstream_cx_active"],
 				st["listener.ingress_tcp.downstream_cx_active"], st["http.ingress_http.downstream_rq_active"], failed())
 		}
 	}()

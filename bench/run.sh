@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # `make bench`: installs Envoy, builds bin/shutdown-manager, runs the benchmark (bench/main.go) against a
 # real Envoy over loopback, then plots: bench/results/{results.json,load_series.csv,*.png,REPORT.md}.
-# Takes about 18 minutes on a 2-CPU machine. Arguments are passed to the Go program, for example
-#   bench/run.sh -quick                   # a 4-minute smoke test
+# Takes about 35–40 minutes on a 2-CPU machine. Arguments are passed to the Go program, for example
+#   bench/run.sh -quick                   # a smoke test of every scenario and table (about 8 minutes)
 #   bench/run.sh -scenarios latency,idle  # some scenarios only
 #   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
+#   CONTOUR_BIN=~/src/contour/contour ENVOY_GATEWAY_BIN=~/src/gateway/bin/envoy-gateway bench/run.sh
+#                                         # the peers' real binaries (built by you) instead of their models;
+#                                         # or -contour-bin PATH / -envoy-gateway-bin PATH
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -42,7 +45,8 @@ if [ "$(ulimit -n)" -lt 10200 ]; then
 fi
 
 mkdir -p "$out"
-export BENCH_COMMAND="make bench${*:+ (bench/run.sh $*)}"
+peer_env="${CONTOUR_BIN:+CONTOUR_BIN=$CONTOUR_BIN }${ENVOY_GATEWAY_BIN:+ENVOY_GATEWAY_BIN=$ENVOY_GATEWAY_BIN }"
+export BENCH_COMMAND="${peer_env}make bench${*:+ (bench/run.sh $*)}"
 status=0
 go run ./bench -manager bin/shutdown-manager -out "$out" "$@" || status=$?
 if [ -f "$out/results.json" ]; then

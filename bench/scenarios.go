@@ -24,6 +24,7 @@ import (
 
 // LoadRun is one termination under load.
 type LoadRun struct {
+	Variant         string           `json:"variant"` // loadVariant.name
 	Policy          string           `json:"policy"`
 	Run             int              `json:"run"`
 	Sent            int64            `json:"sent"`
@@ -42,7 +43,23 @@ type LoadRun struct {
 	Capped          bool             `json:"capped"`
 	Outcome         string           `json:"outcome"`
 	PoolConnections int              `json:"pool_connections"`
+	Hook            string           `json:"hook"`    // how Envoy's preStop hook ended, as kubelet sees it
+	Sidecar         sidecarStory     `json:"sidecar"` // the policy's own process: its hook, its exit, its verdict
+	EnvoyExit       string           `json:"envoy_exit"`
 }
+
+// loadVariant is what a load scenario changes: the idle pool, and Envoy's HTTP idle timeout.
+type loadVariant struct {
+	name        string
+	pool        int           // idle keep-alive connections of a load balancer's pool
+	idleTimeout time.Duration // the HTTP manager's idle_timeout (0: Envoy's default, 1 h)
+}
+
+var (
+	loadDefaults = loadVariant{name: "pool-idle1h", pool: loadPool}
+	loadIdle60   = loadVariant{name: "pool-idle60s", pool: loadPool, idleTimeout: 60 * time.Second}
+	loadNoPool   = loadVariant{name: "nopool-idle1h"}
+)
 
 // loadMix is the traffic of the load scenario.
 const (
@@ -56,27 +73,28 @@ const (
 
 var loadLongLengths = []time.Duration{2 * time.Second, 4 * time.Second, 6 * time.Second, 8 * time.Second}
 
-func scenarioLoad(ctx context.Context, c *config, res *Results, series *seriesWriter) error {
+func scenarioLoad(ctx context.Context, c *config, res *Results, series *seriesWriter, v loadVariant) error {
 	for run := 1; run <= c.loadRuns; run++ {
 		for _, p := range selectedPolicies(c) {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			lr, err := loadOnce(ctx, c, p, run, series)
+			lr, err := loadOnce(ctx, c, p, run, series, v)
 			if err != nil {
 				return fmt.Errorf("%s run %d: %w", p.name, run, err)
 			}
-			fmt.Printf("load %-13s run %d: failed %d of %d %v, release %.2fs, terminate %.2fs, last work %.2fs, pool fin/rst %d/%d, %s\n",
-				p.name, run, lr.Failed, lr.Sent, lr.Errors, lr.ReleaseS, lr.TerminateS, lr.LastWorkS, lr.PoolFIN, lr.PoolRST, lr.Outcome)
+			fmt.Printf("load %s %-13s run %d: failed %d of %d %v, release %.2fs, terminate %.2fs, last work %.2fs, pool fin/rst %d/%d, %s, hook %s, %+v\n",
+				v.name, p.name, run, lr.Failed, lr.Sent, lr.Errors, lr.ReleaseS, lr.TerminateS, lr.LastWorkS, lr.PoolFIN, lr.PoolRST,
+				lr.Outcome, lr.Hook, lr.Sidecar)
 			res.Load = append(res.Load, lr)
 		}
 	}
 	return nil
 }
 
-func loadOnce(ctx context.Context, c *config, p policy, run int, series *seriesWriter) (LoadRun, error) {
-	lr := LoadRun{Policy: p.name, Run: run, PoolConnections: loadPool}
-	r, closeRig, err := newRig(ctx, c, p, tuning{}, testbed.Options{})
+func loadOnce(ctx context.Context, c *config, p policy, run int, series *seriesWriter, v loadVariant) (LoadRun, error) {
+	lr := LoadRun{Variant: v.name, Policy: p.name, Run: run, PoolConnections: v.pool}
+	r, closeRig, err := newRig(ctx, c, p, tuning{}, testbed.Options{HTTPIdleTimeout: v.idleTimeout})
 	if err != nil {
 		return lr, err
 	}
@@ -90,11 +108,13 @@ func loadOnce(ctx context.Context, c *config, p policy, run int, series *seriesW
 	}
 	lctx, cancelLoads := context.WithCancel(ctx)
 	defer cancelLoads()
-	pool, err := testbed.IdlePool(lctx, r.e.HTTPAddr, loadPool)
-	if err != nil {
-		return lr, err
+	var pool *testbed.Pool
+	if v.pool > 0 {
+		if pool, err = testbed.IdlePool(lctx, r.e.HTTPAddr, v.pool); err != nil {
+			return lr, err
+		}
+		defer pool.Close()
 	}
-	defer pool.Close()
 	loads := map[string]*testbed.Load{
 		"keepalive": testbed.KeepAlive(lctx, r.e.HTTPAddr, loadKeepAlive, loadKeepAliveGap, "/"),
 		"http2":     testbed.HTTP2(lctx, r.e.HTTPAddr, loadH2Streams, "/sleep?d=50ms"),
@@ -113,7 +133,7 @@ func loadOnce(ctx context.Context, c *config, p policy, run int, series *seriesW
 	// Sample times are relative to the start of termination, known in advance.
 	t0 := time.Now().Add(c.warmup)
 	stopSampling := make(chan struct{})
-	smp := startSampler(lctx, c, r, p.name, run, series, t0, failed, stopSampling)
+	smp := startSampler(lctx, c, r, v.name, p.name, run, series, t0, failed, stopSampling)
 	defer func() { close(stopSampling); <-smp.done }()
 	// Record when each load finishes: the last work's end.
 	var mu sync.Mutex
@@ -150,11 +170,18 @@ func loadOnce(ctx context.Context, c *config, p policy, run int, series *seriesW
 		<-drained
 	}
 	// Envoy is gone: every idle connection of the pool has been ended by the kernel.
-	wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
-	pool.WaitEnded(wctx, loadPool)
-	wcancel()
-	pc := pool.Counts()
+	var pc testbed.PoolCounts
+	if pool != nil {
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		pool.WaitEnded(wctx, v.pool)
+		wcancel()
+		pc = pool.Counts()
+	}
 	lr.PoolFIN, lr.PoolRST, lr.PoolOther, lr.PoolOpen = pc.FIN, pc.RST, pc.Other, pc.Open
+	lr.Hook, lr.EnvoyExit = t.hook, envoyExit(r, t)
+	if t.sidecar != nil {
+		lr.Sidecar = t.sidecar()
+	}
 	lr.Errors = map[string]int64{}
 	for name, l := range loads {
 		res := l.Wait()
@@ -180,6 +207,90 @@ func loadOnce(ctx context.Context, c *config, p policy, run int, series *seriesW
 	mu.Unlock()
 	lr.ReleaseS, lr.TerminateS, lr.Capped, lr.Outcome = secs(t.start, t.release), secs(t.start, t.exit), t.capped, t.outcome
 	return lr, nil
+}
+
+// envoyExit says how Envoy ended: "exit N", "signal X", or that the bench killed it.
+func envoyExit(r *rig, t termination) string {
+	ps := r.e.Cmd.ProcessState
+	switch {
+	case ps == nil:
+		return "running"
+	case r.e.Killed() || t.capped && t.exit.IsZero():
+		return "killed by the bench"
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return "signal " + ws.Signal().String()
+	}
+	return fmt.Sprintf("exit %d", ps.ExitCode())
+}
+
+// ---- 1b. No Envoy at all ----
+
+// NoEnvoyRun is one termination of a pod whose Envoy is gone (crashed, OOM-killed, never started): what
+// the policy does with nothing to drain.
+type NoEnvoyRun struct {
+	Policy   string       `json:"policy"`
+	Run      int          `json:"run"`
+	ReleaseS float64      `json:"release_s"` // termination start -> Envoy's hook returned (-1: never, capped)
+	Capped   bool         `json:"capped"`
+	Hook     string       `json:"hook"`
+	Outcome  string       `json:"outcome"`
+	Sidecar  sidecarStory `json:"sidecar"`
+}
+
+// scenarioNoEnvoy starts each sidecar policy beside an Envoy, kills Envoy (SIGKILL) and terminates the pod.
+// Its cap is at least 75 s, so that a 60 s drain timeout shows as what it is, not as a cap.
+func scenarioNoEnvoy(ctx context.Context, c *config, res *Results) error {
+	capAfter := max(c.capAfter, 75*time.Second)
+	for run := 1; run <= c.noEnvoyRuns; run++ {
+		for _, p := range selectedPolicies(c) {
+			if p.agent || p.name == "plain" || p.name == "fixed5s" { // no sidecar, nothing that could notice
+				continue
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			nr, err := noEnvoyOnce(ctx, c, p, run, capAfter)
+			if err != nil {
+				return fmt.Errorf("%s run %d: %w", p.name, run, err)
+			}
+			fmt.Printf("noenvoy %-13s run %d: release %.2fs, hook %s, %s, %+v\n", p.name, run, nr.ReleaseS, nr.Hook, nr.Outcome, nr.Sidecar)
+			res.NoEnvoy = append(res.NoEnvoy, nr)
+		}
+	}
+	return nil
+}
+
+func noEnvoyOnce(ctx context.Context, c *config, p policy, run int, capAfter time.Duration) (NoEnvoyRun, error) {
+	nr := NoEnvoyRun{Policy: p.name, Run: run}
+	cc := *c
+	cc.capAfter = capAfter // the pods' grace periods are bounded by the cap
+	r, closeRig, err := newRig(ctx, &cc, p, tuning{}, testbed.Options{})
+	if err != nil {
+		return nr, err
+	}
+	defer closeRig()
+	release, cleanup, err := p.prepare(ctx, r, tuning{})
+	if err != nil {
+		return nr, err
+	}
+	if cleanup != nil {
+		defer cleanup()
+	}
+	r.e.Stop() // Envoy is gone before termination begins
+	start := time.Now()
+	capCtx, cancel := context.WithTimeout(ctx, capAfter)
+	rr := release(capCtx)
+	cancel()
+	nr.Capped, nr.Hook, nr.Outcome = rr.capped, rr.hook, rr.outcome
+	nr.ReleaseS = -1
+	if !rr.capped && !rr.at.IsZero() {
+		nr.ReleaseS = rr.at.Sub(start).Seconds()
+	}
+	if rr.sidecar != nil {
+		nr.Sidecar = rr.sidecar()
+	}
+	return nr, nil
 }
 
 // ---- 2. Release latency ----
@@ -373,7 +484,7 @@ func scenarioIdle(ctx context.Context, c *config, res *Results) error {
 type PollRun struct {
 	Clusters   int     `json:"clusters"`
 	Listeners  int     `json:"listeners"`
-	Query      string  `json:"query"` // "ours", "envoygateway", "prometheus"
+	Query      string  `json:"query"` // "ours", "contour", "envoygateway", "marin3r"
 	Run        int     `json:"run"`
 	Bytes      int     `json:"bytes"`
 	MS         float64 `json:"ms"`           // fetch + parse, wall clock
@@ -417,13 +528,13 @@ func scenarioPollCost(ctx context.Context, c *config, res *Results) error {
 				_, err := sumJSONStats(b, func(n string) bool { return !egExcluded.MatchString(n) })
 				return bytes.Count(b, []byte(`"name"`)), err
 			}},
-			{"prometheus", "/stats/prometheus", func(b []byte) (int, error) {
-				var open float64
-				n := parseProm(b, func(name, labels []byte, v float64) {
-					if string(name) == "envoy_http_downstream_cx_active" && !contourExcluded[promLabel(labels, "envoy_http_conn_manager_prefix")] {
-						open += v
-					}
-				})
+			{"contour", contourQuery, func(b []byte) (int, error) {
+				_, n := contourConnections(b)
+				return n, nil
+			}},
+			// MARIN3R (a port of early Contour) polls the whole Prometheus text and counts the same way.
+			{"marin3r", "/stats/prometheus", func(b []byte) (int, error) {
+				_, n := contourConnections(b)
 				return n, nil
 			}},
 		}
@@ -457,10 +568,11 @@ func scenarioPollCost(ctx context.Context, c *config, res *Results) error {
 
 // ---- 5. Footprint ----
 
-// Footprint is the manager's size and idle cost.
+// Footprint is the manager's size and idle cost, and the peers' when their binaries are given.
 type Footprint struct {
-	BinaryBytes int64          `json:"binary_bytes"`
-	Idle        []IdleFootrint `json:"idle"`
+	BinaryBytes int64           `json:"binary_bytes"`
+	Idle        []IdleFootrint  `json:"idle"`
+	Peers       []PeerFootprint `json:"peers,omitempty"`
 }
 
 // IdleFootrint is one mode of the manager, measured idle.
@@ -480,6 +592,9 @@ func scenarioFootprint(ctx context.Context, c *config, res *Results) error {
 	}
 	fp := &Footprint{BinaryBytes: fi.Size()}
 	res.Footprint = fp
+	if err := peerFootprints(ctx, c, fp); err != nil {
+		return err
+	}
 	for _, p := range selectedPolicies(c) {
 		if p.name != "serve" && p.name != "run" {
 			continue
@@ -524,6 +639,40 @@ func scenarioFootprint(ctx context.Context, c *config, res *Results) error {
 			m.Stop()
 		}
 		closeRig()
+	}
+	return nil
+}
+
+// peerFootprints measures the sidecar server of each peer whose binary was given.
+func peerFootprints(ctx context.Context, c *config, fp *Footprint) error {
+	dir, err := os.MkdirTemp("", "smb")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if c.contourBin != "" {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		pf, err := peerFootprint(ctx, c, "contour", contourPod(c.contourBin, dir, dir+"/admin.sock", port), dir)
+		if err != nil {
+			return fmt.Errorf("contour: %w", err)
+		}
+		fmt.Printf("footprint contour: binary %d bytes, rss %d kB\n", pf.BinaryBytes, pf.RSSKB)
+		fp.Peers = append(fp.Peers, pf)
+	}
+	if c.egBin != "" {
+		if err := portFree(egSidecarPort); err != nil {
+			return err
+		}
+		pf, err := peerFootprint(ctx, c, "envoygateway", egPod(c.egBin), dir)
+		os.Remove(egReadyFile)
+		if err != nil {
+			return fmt.Errorf("envoy gateway: %w", err)
+		}
+		fmt.Printf("footprint envoygateway: binary %d bytes, rss %d kB\n", pf.BinaryBytes, pf.RSSKB)
+		fp.Peers = append(fp.Peers, pf)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 )
 
 // bootstrap returns Envoy's bootstrap configuration (marshalled to JSON, which
@@ -22,30 +23,34 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string)
 			"route": map[string]any{"cluster": InternalCluster, "prefix_rewrite": "/", "timeout": "0s"},
 		}}, routes...)
 	}
+	ingress := map[string]any{
+		"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+		"stat_prefix": "ingress_http",
+		"codec_type":  "AUTO", // HTTP/1.1, and h2c with prior knowledge
+		"route_config": map[string]any{
+			"name": "all",
+			"virtual_hosts": []any{map[string]any{
+				"name":    "all",
+				"domains": []any{"*"},
+				"routes":  routes,
+			}},
+		},
+		"http_filters": []any{map[string]any{
+			"name":         "envoy.filters.http.router",
+			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+		}},
+	}
+	if opts.HTTPIdleTimeout > 0 {
+		ingress["common_http_protocol_options"] = map[string]any{"idle_timeout": durationJSON(opts.HTTPIdleTimeout)}
+	}
 	b := map[string]any{
 		"node":  map[string]any{"id": "testbed", "cluster": "testbed"},
 		"admin": admin,
 		"static_resources": map[string]any{
 			"listeners": []any{
 				listener(HTTPListener, map[string]any{
-					"name": "envoy.filters.network.http_connection_manager",
-					"typed_config": map[string]any{
-						"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-						"stat_prefix": "ingress_http",
-						"codec_type":  "AUTO", // HTTP/1.1, and h2c with prior knowledge
-						"route_config": map[string]any{
-							"name": "all",
-							"virtual_hosts": []any{map[string]any{
-								"name":    "all",
-								"domains": []any{"*"},
-								"routes":  routes,
-							}},
-						},
-						"http_filters": []any{map[string]any{
-							"name":         "envoy.filters.http.router",
-							"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-						}},
-					},
+					"name":         "envoy.filters.network.http_connection_manager",
+					"typed_config": ingress,
 				}),
 				listener(TCPListener, tcpProxy("tcp")),
 			},
@@ -194,4 +199,9 @@ func cluster(name, addr string) map[string]any {
 
 func socketAddress(host string, port int) map[string]any {
 	return map[string]any{"socket_address": map[string]any{"address": host, "port_value": port}}
+}
+
+// durationJSON is d in the JSON form of a protobuf Duration ("60s", "0.25s").
+func durationJSON(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
 }

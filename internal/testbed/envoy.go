@@ -80,6 +80,14 @@ type Options struct {
 	// AdminUnix puts the admin interface on the unix socket Dir/admin.sock
 	// instead of 127.0.0.1 with a kernel-chosen port.
 	AdminUnix bool
+	// AdminPort, if not 0 and without AdminUnix, is the admin's fixed port on
+	// 127.0.0.1, for a client that cannot be told another address (Envoy
+	// Gateway's shutdown command dials port 19000). Start fails if it is taken.
+	AdminPort int
+	// HTTPIdleTimeout, if not 0, is the idle_timeout of the HTTP listener's
+	// connection manager (common_http_protocol_options); 0 leaves Envoy's
+	// default of 1 h. Contour configures 60 s for its Envoys.
+	HTTPIdleTimeout time.Duration
 	// DrainTime is Envoy's --drain-time-s, rounded up to whole seconds;
 	// 0 leaves Envoy's default (600 s).
 	DrainTime time.Duration
@@ -208,8 +216,9 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	default:
 		return nil, fmt.Errorf("testbed: DrainStrategy %q: want \"\", \"gradual\" or \"immediate\"", opts.DrainStrategy)
 	}
-	if opts.DrainTime < 0 || opts.Concurrency < 0 || opts.StartTimeout < 0 || opts.ExtraClusters < 0 || opts.ExtraListeners < 0 {
-		return nil, errors.New("testbed: negative DrainTime, Concurrency, StartTimeout, ExtraClusters or ExtraListeners")
+	if opts.DrainTime < 0 || opts.Concurrency < 0 || opts.StartTimeout < 0 || opts.ExtraClusters < 0 || opts.ExtraListeners < 0 ||
+		opts.AdminPort < 0 || opts.HTTPIdleTimeout < 0 {
+		return nil, errors.New("testbed: negative DrainTime, Concurrency, StartTimeout, ExtraClusters, ExtraListeners, AdminPort or HTTPIdleTimeout")
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -252,7 +261,7 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 		if err := os.Remove(addrPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
-		adminJSON = map[string]any{"address": socketAddress("127.0.0.1", 0)}
+		adminJSON = map[string]any{"address": socketAddress("127.0.0.1", opts.AdminPort)}
 		args = append(args, "--admin-address-path", addrPath)
 	}
 	if opts.DrainTime > 0 {
