@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"net"
@@ -113,7 +112,7 @@ func TestHookLogsToEnvoysStdout(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
-				var stdout syncBuffer
+				var stdout safeBuffer
 				wrapper := []string{"unshare", "--pid", "--fork", "--mount-proc"}
 				if tc.pid1 == "pause" {
 					// PID 1 keeps /dev/null as stdout and waits; Envoy, its child, writes to the test's pipe.
@@ -212,23 +211,6 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer goroutine and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A second SIGTERM to serve while its drain holds waiters: the drain is canceled with a true reason, the
 // waiters are answered 503 with it before the API closes, and serve exits 1 (it left before its drain released).
