@@ -211,7 +211,6 @@ func closedPort(t *testing.T) string {
 	return addr
 }
 
-
 // A second SIGTERM to serve while its drain holds waiters: the drain is canceled with a true reason, the
 // waiters are answered 503 with it before the API closes, and serve exits 1 (it left before its drain released).
 // A SIGINT to drain says the same of itself.
