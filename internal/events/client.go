@@ -133,7 +133,9 @@ func (c *Client) Record(e Event) {
 }
 
 // Close sends the Events still queued and returns when they are sent, or after wait, whichever is first;
-// then the request in flight is cut and what is left is dropped (and logged). Calling it again does nothing.
+// then the request in flight is cut and what is left is dropped. Events that were not recorded are logged
+// once: as the process's one warning about Events if none was logged before (an API server that never
+// answered), else as information. Calling it again does nothing.
 func (c *Client) Close(wait time.Duration) {
 	if c.send == nil {
 		return
@@ -150,7 +152,11 @@ func (c *Client) Close(wait time.Duration) {
 		}
 		c.cancel()
 		if n := c.dropped.Load(); n > 0 {
-			c.log.Info("kubernetes events not recorded", "dropped", n, "sent", c.sent.Load())
+			level := c.log.Info
+			if c.warned.CompareAndSwap(false, true) { // nothing said so yet: an API server that never answered
+				level = c.log.Warn
+			}
+			level("kubernetes events not recorded", "dropped", n, "sent", c.sent.Load(), "pod", c.cfg.Namespace+"/"+c.cfg.Pod)
 		}
 	})
 }

@@ -153,25 +153,28 @@ type Engine interface {
 }
 
 // Watch records DrainStarted for every drain the engine starts and the Event of its result when it
-// releases, in that order, until ctx is done. A drain running when ctx ends is followed to its release
-// first (the engine releases every drain within its timeout, and at once when the engine is stopped), so
-// that a front end that stops the engine, then ctx, then the Client, records the drain's last Event.
-// timeout is the drain timeout, for DrainStarted's note.
+// releases, in that order, until ctx is done. A drain that started before Watch began (but after the engine
+// was created) is recorded too. A drain running when ctx ends is followed to its release first (the engine
+// releases every drain within its timeout, and at once when the engine is stopped), so that a front end
+// that stops the engine, then ctx, then the Client, records the drain's last Event. timeout is the drain
+// timeout, for DrainStarted's note.
 func Watch(ctx context.Context, e Engine, rec Recorder, timeout time.Duration) {
+	var seen *drain.Drain
 	for {
-		next := e.NextStart()
+		next := e.NextStart() // first, then Last: a drain starting in between closes next
+		if d := e.Last(); d != nil && d != seen {
+			seen = d
+			rec.Record(Started(d, timeout))
+			<-d.Done()
+			rec.Record(Finished(d, e.Status()))
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
 		select {
 		case <-next:
-		case <-ctx.Done():
-			select {
-			case <-next: // a drain started as ctx ended: still record it
-			default:
-				return
-			}
+		case <-ctx.Done(): // look at Last once more: a drain may have started as ctx ended
 		}
-		d := e.Last()
-		rec.Record(Started(d, timeout))
-		<-d.Done()
-		rec.Record(Finished(d, e.Status()))
 	}
 }
