@@ -372,3 +372,30 @@ current-context: c
 		}
 	})
 }
+
+// The agent (`run`) records the drain its SIGTERM starts, before it exits with Envoy's status.
+func TestEventsOfTheAgent(t *testing.T) {
+	api := eventsAPI(t)
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		pod := podName("agent", bin)
+		createPod(t, api, pod)
+		for _, kv := range podEnv(pod) { // Envoy's container's environment, which run inherits
+			name, value, _ := strings.Cut(kv, "=")
+			t.Setenv(name, value)
+		}
+		e, _ := agent(t, bin, "--kubeconfig", api.Kubeconfig, "--min-drain-duration", "1s", "--check-interval", "100ms", "--drain-timeout", "30s")
+		if err := e.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if code, _ := exitOf(t, e, 30*time.Second); code != 0 {
+			t.Fatalf("manager exit code %d, want 0", code)
+		}
+		evs := podEvents(t, api, pod)
+		if got, want := reasons(evs), "Normal DrainStarted, Normal Drained"; got != want {
+			t.Fatalf("events: %s, want %s", got, want)
+		}
+		if m := evs[0].Message; m != "drain started by signal SIGTERM; releases within 30s at the latest" || evs[0].ReportingInstance != "run@"+pod {
+			t.Errorf("DrainStarted %q from %q", m, evs[0].ReportingInstance)
+		}
+	})
+}
