@@ -52,12 +52,6 @@ type Config struct {
 	UserAgent  string
 }
 
-// ConfigFromEnv is a Config for the Pod the environment names (EnvPodName, EnvPodNamespace).
-func ConfigFromEnv(getenv func(string) string, kubeconfig, component, userAgent string) Config {
-	return Config{Kubeconfig: kubeconfig, Pod: getenv(EnvPodName), Namespace: getenv(EnvPodNamespace),
-		Component: component, UserAgent: userAgent}
-}
-
 // sendFunc creates one Event in the API server.
 type sendFunc func(ctx context.Context, ev *eventsv1.Event) error
 
