@@ -109,6 +109,9 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	engineCtx, stopEngine := context.WithCancelCause(ctx)
 	defer stopEngine(nil)
 	go func() { _ = engine.Run(engineCtx) }()
+	// Only the process that drains records Events: a hook that joined the sidecar left them to it.
+	stopEvents := startEvents(df.kubeconfig, "drain", engine, cfg.Timeout, log)
+	defer stopEvents()
 	d, err := engine.Trigger(ctx, by)
 	if err != nil {
 		return fmt.Errorf("starting the drain: %w", err)
@@ -127,6 +130,7 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		stopEngine(context.Cause(ctx))
 		<-d.Done()
 	}
+	stopEvents() // the drain's last Event out (at most events.CloseWait) before the hook exits
 	res := d.Result()
 	if showProgress {
 		fmt.Fprintf(stderr, "\r\033[K%s: %s\n", res.Outcome, res.Reason)

@@ -13,6 +13,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 )
 
 // countFlags say where Envoy's admin API is and what counts as work in flight: all that `status` needs.
@@ -60,6 +61,7 @@ type drainFlags struct {
 	threshold   int64
 	listeners   string
 	goneAfter   time.Duration
+	kubeconfig  string
 }
 
 func (f *drainFlags) register(fs *flag.FlagSet) {
@@ -70,6 +72,7 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.listeners, "drain-listeners", string(drain.ListenerDrainNone), "also start Envoy's graceful listener drain after failing health checks: none, inbound, all (for listeners with drain_type MODIFY_ONLY)")
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "record Kubernetes Events (DrainStarted, Drained, …) on this pod through the API server of this kubeconfig file (default: the in-cluster config, when running in a pod); the pod is named by "+events.EnvPodName+" and "+events.EnvPodNamespace+"; without them or without access: one warning, no Events, the drain unaffected")
 	fs.DurationVar(&f.goneAfter, "envoy-gone-after", drain.DefaultGoneAfter, "if Envoy's admin API refuses every connection (or its socket is missing) this long, Envoy is gone: release at once (outcome envoy_gone, exit 0)")
 }
 

@@ -175,7 +175,7 @@ func runAgent(cfg runConfig, df *drainFlags, log *slog.Logger) error {
 	log.Info("envoy started", "pid", proc.Pid(), "command", cfg.envoyArgs, "admin_address", cfg.admin.String(), "version", Version)
 
 	cfg.drain.EnvoyExited = proc.Exited()
-	s, err := newStack(df, cfg.drain, cfg.admin, log)
+	s, err := newStack(df, cfg.drain, cfg.admin, log, "run")
 	if err != nil {
 		return err
 	}

@@ -71,7 +71,7 @@ func serve(ctx context.Context, cfg serveConfig, df *drainFlags, addr envoyadmin
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
-	s, err := newStack(df, cfg.drain, addr, log)
+	s, err := newStack(df, cfg.drain, addr, log, "serve")
 	if err != nil {
 		return err
 	}

@@ -382,6 +382,11 @@ func (e *Engine) resume(ctx context.Context, req resumeRequest, canceled *Drain)
 // Running returns the drain in progress, or nil.
 func (e *Engine) Running() *Drain { return e.running.Load() }
 
+// Last returns the drain started last, running or finished, or nil before the first. An observer waits for
+// NextStart, then takes Last: that is the drain that started (or, if it finished and Envoy came back LIVE
+// before the observer looked, a later one).
+func (e *Engine) Last() *Drain { return e.last.Load() }
+
 // NextStart returns a channel that is closed when the next drain starts. To wait for "a drain, running now or
 // starting soon", take NextStart first, then check Running.
 func (e *Engine) NextStart() <-chan struct{} { return *e.started.Load() }
@@ -428,6 +433,12 @@ func (d *Drain) Done() <-chan struct{} { return d.done }
 
 // Result is the drain's outcome; only valid once Done is closed.
 func (d *Drain) Result() Result { return d.result }
+
+// Started is when the drain was triggered.
+func (d *Drain) Started() time.Time { return d.started }
+
+// By is who started the drain.
+func (d *Drain) By() Caller { return d.by }
 
 func ptr[T any](v T) *T { return &v }
 

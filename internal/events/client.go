@@ -1,0 +1,283 @@
+package events
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+)
+
+// Environment variables naming the manager's Pod: `shutdown-manager inject` sets them from the downward API.
+const (
+	EnvPodName      = inject.EnvPodName
+	EnvPodNamespace = inject.EnvPodNamespace
+)
+
+// Controller is the Events' reportingController.
+const Controller = "shutdown-manager.io/shutdown-manager"
+
+// Bounds of the sending, chosen so that Events never hold a drain or a pod's termination:
+//   - QueueSize: a drain makes two Events; a sidecar that drains again after a resume a few more. More
+//     than this waiting means the API server is not taking them: the newest are dropped.
+//   - RequestTimeout: one Event's request, connection included. An API server that does not answer
+//     within it is not answering at all.
+//   - CloseWait (Client.Close): what a command waits at exit for Events still queued or in flight, so a
+//     hook's final Event gets out; an API server that is slower than that costs the Event, not the pod.
+const (
+	QueueSize      = 16
+	RequestTimeout = 5 * time.Second
+	CloseWait      = time.Second
+)
+
+// Config says where to send Events, and about which Pod.
+type Config struct {
+	Kubeconfig string // a kubeconfig file; "" = the in-cluster config (the pod's ServiceAccount)
+	Pod        string // the Pod's name (EnvPodName)
+	Namespace  string // the Pod's namespace (EnvPodNamespace)
+	Component  string // which command reports ("serve", "drain", "run"): the Events' reportingInstance with the pod
+	UserAgent  string
+}
+
+// sendFunc creates one Event in the API server.
+type sendFunc func(ctx context.Context, ev *eventsv1.Event) error
+
+// Client sends Events about one Pod to the API server (events.k8s.io/v1), from one goroutine of its own,
+// in the order they were recorded. Record never blocks. A Client without access records nothing.
+type Client struct {
+	cfg     Config
+	log     *slog.Logger
+	send    sendFunc // nil: disabled
+	queue   chan eventsv1.Event
+	stop    chan struct{} // closed by Close: send what is queued, then return
+	ctx     context.Context
+	cancel  context.CancelFunc // cuts the request in flight at CloseWait
+	done    chan struct{}      // closed when the sending goroutine has returned
+	once    sync.Once
+	warned  atomic.Bool
+	dropped atomic.Int64
+	sent    atomic.Int64
+}
+
+// New returns a Client for cfg. It never fails: without a pod name and namespace, or without an API server
+// config (no --kubeconfig and not in a cluster), the Client records nothing, and New logs why, once, as a
+// warning. It makes no request; the first Event is the first.
+func New(cfg Config, log *slog.Logger) *Client {
+	send, err := apiSender(cfg)
+	if err != nil {
+		log.Warn("kubernetes events disabled", "err", err)
+		return &Client{cfg: cfg, log: log}
+	}
+	return newClient(cfg, log, send)
+}
+
+func newClient(cfg Config, log *slog.Logger, send sendFunc) *Client {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Client{cfg: cfg, log: log, send: send, queue: make(chan eventsv1.Event, QueueSize),
+		stop: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+// Enabled reports whether the Client sends Events.
+func (c *Client) Enabled() bool { return c.send != nil }
+
+// Record queues an Event, or drops it when the queue is full or the Client is closed. It never blocks.
+func (c *Client) Record(e Event) {
+	if c.send == nil {
+		return
+	}
+	now := time.Now()
+	ev := eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Name: eventName(c.cfg.Pod, now), Namespace: c.cfg.Namespace},
+		EventTime:           metav1.NewMicroTime(now),
+		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace},
+		ReportingController: Controller,
+		ReportingInstance:   instance(c.cfg),
+		Action:              "Drain",
+		Reason:              e.Reason,
+		Note:                e.Note,
+		Type:                e.Type,
+	}
+	select {
+	case <-c.stop:
+		c.dropped.Add(1)
+		return
+	default:
+	}
+	select {
+	case c.queue <- ev:
+	default:
+		c.dropped.Add(1)
+		c.log.Debug("kubernetes event dropped: queue full", "reason", e.Reason)
+	}
+}
+
+// Close sends the Events still queued and returns when they are sent, or after wait, whichever is first;
+// then the request in flight is cut and what is left is dropped. Events that were not recorded are logged
+// once: as the process's one warning about Events if none was logged before (an API server that never
+// answered), else as information. Calling it again does nothing.
+func (c *Client) Close(wait time.Duration) {
+	if c.send == nil {
+		return
+	}
+	c.once.Do(func() {
+		close(c.stop)
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-c.done:
+		case <-t.C:
+			c.cancel()
+			<-c.done
+		}
+		c.cancel()
+		if n := c.dropped.Load(); n > 0 {
+			level := c.log.Info
+			if c.warned.CompareAndSwap(false, true) { // nothing said so yet: an API server that never answered
+				level = c.log.Warn
+			}
+			level("kubernetes events not recorded", "dropped", n, "sent", c.sent.Load(), "pod", c.cfg.Namespace+"/"+c.cfg.Pod)
+		}
+	})
+}
+
+// run sends queued Events one at a time until Close, then what is left in the queue.
+func (c *Client) run() {
+	defer close(c.done)
+	for {
+		select {
+		case ev := <-c.queue:
+			c.deliver(ev)
+		case <-c.stop:
+			for {
+				select {
+				case ev := <-c.queue:
+					c.deliver(ev)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (c *Client) deliver(ev eventsv1.Event) {
+	if c.ctx.Err() != nil { // Close gave up waiting
+		c.dropped.Add(1)
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, RequestTimeout)
+	err := c.send(ctx, &ev)
+	cancel()
+	if err == nil {
+		c.sent.Add(1)
+		c.log.Debug("kubernetes event recorded", "reason", ev.Reason, "pod", c.cfg.Namespace+"/"+c.cfg.Pod)
+		return
+	}
+	c.dropped.Add(1)
+	if c.ctx.Err() != nil {
+		return
+	}
+	// One warning per process: an API server that refuses once (RBAC, network policy) refuses every time,
+	// and the log is the drain's, not the Events'.
+	if c.warned.CompareAndSwap(false, true) {
+		c.log.Warn("cannot record kubernetes events; the drain goes on without them", "reason", ev.Reason,
+			"pod", c.cfg.Namespace+"/"+c.cfg.Pod, "err", err)
+		return
+	}
+	c.log.Debug("kubernetes event not recorded", "reason", ev.Reason, "err", err)
+}
+
+// eventName is unique per Pod and moment, as the API server's own components name theirs: "<pod>.<hex ns>".
+func eventName(pod string, t time.Time) string {
+	suffix := fmt.Sprintf(".%x", t.UnixNano())
+	const maxName = 253
+	if len(pod)+len(suffix) > maxName {
+		pod = pod[:maxName-len(suffix)]
+	}
+	return pod + suffix
+}
+
+// instance is the reportingInstance: the command and the Pod ("drain@edge-6d9f…"), at most 128 bytes.
+func instance(cfg Config) string {
+	s := cfg.Component + "@" + cfg.Pod
+	if len(s) > 128 {
+		s = s[:128]
+	}
+	return s
+}
+
+// apiSender builds the request that creates an Event, or says why Events cannot be sent. It uses a REST
+// client of its own over a scheme holding events.k8s.io/v1 only: client-go's typed clients register every
+// API group Kubernetes has, about 10 MB of binary for one POST.
+func apiSender(cfg Config) (sendFunc, error) {
+	var missing []string
+	if cfg.Pod == "" {
+		missing = append(missing, EnvPodName)
+	}
+	if cfg.Namespace == "" {
+		missing = append(missing, EnvPodNamespace)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("the pod is unknown: %s not set (shutdown-manager inject sets them from the downward API)", strings.Join(missing, " and "))
+	}
+	rc, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	rc.Timeout = RequestTimeout
+	if cfg.UserAgent != "" {
+		rc.UserAgent = cfg.UserAgent
+	}
+	scheme := runtime.NewScheme()
+	if err := eventsv1.AddToScheme(scheme); err != nil {
+		return nil, fmt.Errorf("registering events.k8s.io/v1: %w", err)
+	}
+	rc.GroupVersion = &eventsv1.SchemeGroupVersion
+	rc.APIPath = "/apis"
+	rc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	client, err := rest.RESTClientFor(rc)
+	if err != nil {
+		return nil, fmt.Errorf("building the API client: %w", err)
+	}
+	return func(ctx context.Context, ev *eventsv1.Event) error {
+		err := client.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
+		if err != nil {
+			return fmt.Errorf("creating event %s: %w", ev.Reason, err)
+		}
+		return nil
+	}, nil
+}
+
+// restConfig reads the kubeconfig file, or else the in-cluster config.
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("reading --kubeconfig %s: %w", kubeconfig, err)
+		}
+		return rc, nil
+	}
+	rc, err := rest.InClusterConfig()
+	if errors.Is(err, rest.ErrNotInCluster) {
+		return nil, fmt.Errorf("not running in a cluster and no --kubeconfig given")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the in-cluster config: %w", err)
+	}
+	return rc, nil
+}
