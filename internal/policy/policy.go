@@ -51,6 +51,7 @@ var Refusals = []struct{ Name, Why string }{
 	{"envoy-named", "no container has Envoy's name (--envoy-container, default envoy): finding Envoy by its image is left to inject and the webhook"},
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
+	{"env-free", "Envoy's container sets SHUTDOWN_MANAGER_POD_NAME or _NAMESPACE itself: inject keeps the user's and records which it added, a variant the policy leaves to inject and the webhook"},
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
 	{"envoy-command-known", "agent mode: Envoy's container sets neither command nor args: inject refuses it"},
 }
@@ -69,9 +70,12 @@ const (
 	fromMarker    = -7777777
 )
 
-// Generate returns the policy and its binding for cfg (the settings of `inject`; pods' annotations cannot
-// override them, see Refusals).
-func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, *admissionv1.MutatingAdmissionPolicyBinding, error) {
+// Generate returns the policy for cfg (the settings of `inject`; pods' annotations cannot override them, see
+// Refusals) and its two bindings: one for the pods of opted-in namespaces, one for opted-in pods. The opt-in
+// is in the bindings' selectors because matchConditions cannot see the namespace (namespaceObject is only
+// given to the mutation), and two bindings because one's selectors would have to match both. A pod matched
+// by both is mutated once: the second binding finds the status annotation.
+func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admissionv1.MutatingAdmissionPolicyBinding, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -110,12 +114,20 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, *admissi
 			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
 		},
 	}
-	binding := &admissionv1.MutatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{OwnPodsLabel: OwnPodsValue}},
-		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: Name},
+	optIn := &metav1.LabelSelector{MatchLabels: map[string]string{OptInLabel: OptInValue}}
+	bindings := []*admissionv1.MutatingAdmissionPolicyBinding{
+		binding(Name+"-namespaces", &admissionv1.MatchResources{NamespaceSelector: optIn}),
+		binding(Name+"-pods", &admissionv1.MatchResources{ObjectSelector: optIn}),
 	}
-	return policy, binding, nil
+	return policy, bindings, nil
+}
+
+func binding(name string, match *admissionv1.MatchResources) *admissionv1.MutatingAdmissionPolicyBinding {
+	return &admissionv1.MutatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicyBinding"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{OwnPodsLabel: OwnPodsValue}},
+		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: Name, MatchResources: match},
+	}
 }
 
 // generator holds what the probes learnt from inject.
@@ -235,7 +247,7 @@ func (g *generator) checkProbe(before corev1.Container, meta metav1.ObjectMeta, 
 	return nil
 }
 
-// matchConditions: opt-in, and every refusal (see Refusals). They cannot use spec.variables.
+// matchConditions: every refusal (see Refusals). They cannot use spec.variables.
 func (g *generator) matchConditions() []admissionv1.MatchCondition {
 	ann := "object.metadata.annotations"
 	hasAnn := "has(object.metadata.annotations)"
@@ -244,10 +256,6 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 	names = append(names, g.status.InitContainers...)
 	names = append(names, g.status.Containers...)
 	conds := []admissionv1.MatchCondition{
-		{Name: "opted-in", Expression: fmt.Sprintf(
-			`(has(namespaceObject.metadata.labels) && namespaceObject.metadata.labels.exists(k, k == %[1]s && namespaceObject.metadata.labels[k] == %[2]s)) ||
-(has(object.metadata.labels) && object.metadata.labels.exists(k, k == %[1]s && object.metadata.labels[k] == %[2]s))`,
-			celString(OptInLabel), celString(OptInValue))},
 		{Name: "not-injected", Expression: fmt.Sprintf(`!%s || !(%s in %s)`, hasAnn, celString(inject.AnnotationStatus), ann)},
 		{Name: "not-opted-out", Expression: fmt.Sprintf(`!%[1]s || !(%[2]s in %[3]s) || %[3]s[%[2]s] != "false"`, hasAnn, celString(inject.AnnotationInject), ann)},
 		{Name: "no-pod-settings", Expression: fmt.Sprintf(`!%[1]s || %[2]s.all(k, !k.startsWith(%[3]s) || k == %[4]s && %[2]s[k] == "true" || k == %[5]s)`,
@@ -261,6 +269,10 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 !(has(object.spec.volumes) && object.spec.volumes.exists(v, v.name in %[2]s)) &&
 object.spec.containers.all(c, c.name != %[3]s || !has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name in %[2]s || m.mountPath in %[4]s))`,
 			celList(names), celList(g.status.Volumes), envoy, celList([]string{inject.BinaryDir, inject.SocketDir}))},
+	}
+	if len(g.status.Env) > 0 {
+		conds = append(conds, admissionv1.MatchCondition{Name: "env-free", Expression: fmt.Sprintf(
+			`object.spec.containers.all(c, c.name != %s || !has(c.env) || !c.env.exists(e, e.name in %s))`, envoy, celList(g.status.Env))})
 	}
 	if g.status.Mode == inject.ModeSidecar && g.status.Hook == inject.HookHTTP {
 		var ports []string

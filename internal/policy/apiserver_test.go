@@ -1,0 +1,365 @@
+package policy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+)
+
+// goldenDir holds inject's golden inputs: the pods the policy is proven on.
+const goldenDir = "../inject/testdata"
+
+// goldenConfig is inject's golden Config (internal/inject/golden_test.go), and goldenSettings the changes
+// of the cases that have some, copied from there: each input is proven under the settings its golden
+// output was made with.
+func goldenConfig() inject.Config {
+	return inject.Config{Image: "ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", Version: "v1.0.0"}
+}
+
+func dur(s string) *time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return &d
+}
+
+var goldenSettings = map[string]func(*inject.Config){
+	"hook-image-volume":    func(c *inject.Config) { c.BinaryFrom = inject.BinaryImageVolume },
+	"sidecar":              func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"sidecar-image-volume": func(c *inject.Config) { c.Mode, c.BinaryFrom = inject.ModeSidecar, inject.BinaryImageVolume },
+	"sidecar-envoy-user":   func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"sidecar-http":         func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"sidecar-plain":        func(c *inject.Config) { c.Mode, c.SidecarKind = inject.ModeSidecar, inject.SidecarPlain },
+	"sidecar-plain-http": func(c *inject.Config) {
+		c.Mode, c.SidecarKind, c.Hook = inject.ModeSidecar, inject.SidecarPlain, inject.HookHTTP
+	},
+	"agent":              func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"agent-image-volume": func(c *inject.Config) { c.Mode, c.BinaryFrom = inject.ModeAgent, inject.BinaryImageVolume },
+	"agent-command":      func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"agent-no-command":   func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"image-pull-policy": func(c *inject.Config) {
+		c.ImagePullPolicy, c.BinaryFrom = corev1.PullNever, inject.BinaryImageVolume
+	},
+	"flags-drain": func(c *inject.Config) {
+		c.AdminAddress = "unix:///var/run/envoy/admin.sock"
+		c.Drain = inject.Drain{Delay: dur("2s"), MinDuration: dur("0s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
+	},
+	"grace-raised-for-timeout":         func(c *inject.Config) { c.Drain.Timeout = dur("60s") },
+	"grace-fits-timeout":               func(c *inject.Config) { c.Drain.Timeout = dur("20s") },
+	"agent-grace-short":                func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"agent-grace-raised-for-timeout":   func(c *inject.Config) { c.Mode, c.Drain.Timeout = inject.ModeAgent, dur("60s") },
+	"existing-prestop-replaced":        func(c *inject.Config) { c.ReplaceHooks = true },
+	"agent-existing-prestop-replaced":  func(c *inject.Config) { c.Mode, c.ReplaceHooks = inject.ModeAgent, true },
+	"name-conflict":                    func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"sidecar-http-port-conflict":       func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"sidecar-existing-init-containers": func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"reinject-other-mode":              func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"env-user-set-agent":               func(c *inject.Config) { c.Mode = inject.ModeAgent },
+}
+
+// refused are the golden inputs (by file name) whose pods inject injects but the policy refuses, and why
+// (a matchCondition of Refusals). Every other pod inject injects, the policy must inject identically.
+var refused = map[string]string{
+	"annotations-drain":               "no-pod-settings",
+	"annotations-agent":               "no-pod-settings",
+	"annotations-sidecar":             "no-pod-settings",
+	"annotation-envoy-container":      "no-pod-settings",
+	"envoy-by-image":                  "envoy-named",
+	"existing-prestop-replaced":       "envoy-without-prestop",
+	"agent-existing-prestop-replaced": "envoy-without-prestop",
+	"reinject-other-mode":             "not-injected",
+	"env-user-set":                    "env-free",
+	"env-user-set-agent":              "env-free",
+}
+
+// TestSameStoredPods is the proof that the policy is inject: for every golden input of inject that holds
+// pods, the pods the API server stores through the policy equal the pods it stores when inject.Inject
+// mutated them first, as the webhook would (the pod as the API server admits it, defaulted, then
+// injected). Pods the policy refuses, and pods inject refuses, are stored unchanged; a pod stored through
+// the policy and created again is stored unchanged (the policy never injects twice).
+func TestSameStoredPods(t *testing.T) {
+	api := kubetest.Start(t)
+	inputs, err := filepath.Glob(filepath.Join(goldenDir, "*.in.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs in %s: %v", goldenDir, err)
+	}
+	proven := 0
+	for i, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			pods := podsOf(t, in)
+			if len(pods) == 0 {
+				t.Skipf("%s holds no pod inject can read", in)
+			}
+			cfg := goldenConfig()
+			if f := goldenSettings[name]; f != nil {
+				f(&cfg)
+			}
+			withPolicy, plain := fmt.Sprintf("policy-%d", i), fmt.Sprintf("plain-%d", i)
+			createNamespace(t, api, withPolicy, true)
+			createNamespace(t, api, plain, false)
+			applyPolicy(t, api, cfg, withPolicy)
+
+			stored := create(t, api, withPolicy, pods)
+			admitted := create(t, api, plain, pods, "--dry-run=server")
+			var want []corev1.Pod
+			injected := make([]bool, len(admitted))
+			for j, p := range admitted {
+				p = clean(p)
+				err := inject.Inject(&p.ObjectMeta, &p.Spec, cfg)
+				injected[j] = err == nil
+				if err != nil {
+					t.Logf("pod %s: inject refuses it: %v", p.Name, err)
+				}
+				want = append(want, p)
+			}
+			want = create(t, api, plain, want)
+
+			for j := range stored {
+				got, w := normalize(stored[j]), normalize(want[j])
+				policyInjected := inject.Injected(&got.ObjectMeta)
+				switch why, isRefused := refused[name]; {
+				case injected[j] && !isRefused:
+					if !policyInjected {
+						t.Errorf("pod %s: inject injects it, the policy did not", got.Name)
+					} else {
+						proven++
+					}
+				case injected[j] && isRefused:
+					if policyInjected {
+						t.Errorf("pod %s: the policy injected it; want it refused (%s)", got.Name, why)
+					}
+					w = normalize(admitted[j])
+				case !injected[j]:
+					if policyInjected {
+						t.Errorf("pod %s: inject refuses it, the policy injected it", got.Name)
+					}
+				}
+				assertSamePod(t, got, w)
+			}
+
+			// Created again through the policy, an injected pod is stored unchanged.
+			again := make([]corev1.Pod, len(stored))
+			for j, p := range stored {
+				again[j] = clean(p)
+				again[j].Name += "-again"
+			}
+			for j, p := range create(t, api, withPolicy, again) {
+				want := normalize(stored[j])
+				want.Name += "-again"
+				assertSamePod(t, normalize(p), want)
+			}
+		})
+	}
+	t.Logf("%d pods proven equal", proven)
+	if proven == 0 {
+		t.Error("no pod proven equal: this test checked nothing")
+	}
+}
+
+// podsOf reads the pods (pod templates made pods) of a golden input; none for an input inject cannot read.
+func podsOf(t *testing.T, file string) []corev1.Pod {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	_, err = inject.Manifests(data, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: *meta.DeepCopy(), Spec: *spec.DeepCopy()}
+		p.Name = fmt.Sprintf("%s-%d", strings.TrimSuffix(filepath.Base(file), ".in.yaml"), len(pods))
+		p.Namespace = ""
+		pods = append(pods, p)
+		return nil
+	}, &bytes.Buffer{})
+	if err != nil {
+		return nil
+	}
+	return pods
+}
+
+// createNamespace creates a namespace, opted in or not, with its default service account (no controller
+// runs to create it).
+func createNamespace(t *testing.T, api *kubetest.APIServer, name string, optIn bool) {
+	t.Helper()
+	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}
+	if optIn {
+		ns["metadata"].(map[string]any)["labels"] = map[string]string{OptInLabel: OptInValue}
+	}
+	sa := map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default", "namespace": name}}
+	apply(t, api, []any{ns, sa})
+}
+
+// applyPolicy applies the policy for cfg, its binding limited to namespace ns (so that the policies of
+// the cases do not meet), and waits until the API server uses it.
+func applyPolicy(t *testing.T, api *kubetest.APIServer, cfg inject.Config, ns string) {
+	t.Helper()
+	policy, bindings, err := Generate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy.Name = Name + "-" + ns
+	// Fail, not Ignore: an expression that does not evaluate must fail the test, not pass a pod unchanged.
+	policy.Spec.FailurePolicy = ptr(admissionv1.Fail)
+	objects := []any{policy}
+	for _, b := range bindings {
+		b.Name += "-" + ns
+		b.Spec.PolicyName = policy.Name
+		sel := b.Spec.MatchResources.NamespaceSelector
+		if sel == nil {
+			sel = &metav1.LabelSelector{}
+			b.Spec.MatchResources.NamespaceSelector = sel
+		}
+		if sel.MatchLabels == nil {
+			sel.MatchLabels = map[string]string{}
+		}
+		sel.MatchLabels[corev1.LabelMetadataName] = ns
+		objects = append(objects, b)
+	}
+	apply(t, api, objects)
+	awaitPolicy(t, api, ns)
+}
+
+// awaitPolicy waits until a pod created (dry run) in ns comes back with the status annotation: the API
+// server loads policies asynchronously. Every try is a request that answers; the wait ends on the answer,
+// not on a timer.
+func awaitPolicy(t *testing.T, api *kubetest.APIServer, ns string) {
+	t.Helper()
+	probe := corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "await-policy"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		got := create(t, api, ns, []corev1.Pod{probe}, "--dry-run=server")
+		if inject.Injected(&got[0].ObjectMeta) {
+			return
+		}
+	}
+	t.Fatalf("the policy of namespace %s did not act within a minute (kube-apiserver's log: %s)", ns, api.LogDir)
+}
+
+// create creates pods in ns with kubectl (extra args such as --dry-run=server) and returns what the API
+// server stored (or would store), in order.
+func create(t *testing.T, api *kubetest.APIServer, ns string, pods []corev1.Pod, extra ...string) []corev1.Pod {
+	t.Helper()
+	items := make([]any, len(pods))
+	for i, p := range pods {
+		items[i] = p
+	}
+	out := kubectl(t, api, items, append([]string{"create", "-n", ns, "-o", "json"}, extra...)...)
+	var list struct {
+		Kind  string       `json:"kind"`
+		Items []corev1.Pod `json:"items"`
+	}
+	if err := json.Unmarshal(out, &list); err != nil {
+		t.Fatalf("decoding kubectl's output: %v\n%s", err, out)
+	}
+	if list.Kind == "Pod" {
+		var p corev1.Pod
+		if err := json.Unmarshal(out, &p); err != nil {
+			t.Fatal(err)
+		}
+		list.Items = []corev1.Pod{p}
+	}
+	if len(list.Items) != len(pods) {
+		t.Fatalf("kubectl returned %d pods, want %d:\n%s", len(list.Items), len(pods), out)
+	}
+	return list.Items
+}
+
+func apply(t *testing.T, api *kubetest.APIServer, objects []any) {
+	t.Helper()
+	kubectl(t, api, objects, "apply")
+}
+
+// kubectl runs kubectl with objects (a List) on its standard input.
+func kubectl(t *testing.T, api *kubetest.APIServer, objects []any, args ...string) []byte {
+	t.Helper()
+	in, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := api.Command(ctx, append(args, "-f", "-")...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s (kube-apiserver's log: %s)", strings.Join(args, " "), err, stdout.String(), stderr.String(), api.LogDir)
+	}
+	return stdout.Bytes()
+}
+
+// clean removes what the API server sets, so that a pod read back can be created again.
+func clean(p corev1.Pod) corev1.Pod {
+	p = *p.DeepCopy()
+	p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	p.UID, p.ResourceVersion, p.CreationTimestamp, p.ManagedFields, p.Namespace, p.Generation = "", "", metav1.Time{}, nil, "", 0
+	p.Status = corev1.PodStatus{}
+	return p
+}
+
+// saToken is the name of the service account token volume the ServiceAccount admission plugin adds, with
+// its random suffix.
+var saToken = regexp.MustCompile(`^kube-api-access-[a-z0-9]{5}$`)
+
+// normalize is clean, and without the service account token volume and its mounts: the ServiceAccount
+// admission plugin adds them with a random name, and to the containers that exist when it runs (before
+// mutating policies and webhooks, after a pod injected beforehand).
+func normalize(p corev1.Pod) corev1.Pod {
+	p = clean(p)
+	p.Status = corev1.PodStatus{}
+	var token []string
+	p.Spec.Volumes = slices.DeleteFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
+		if saToken.MatchString(v.Name) {
+			token = append(token, v.Name)
+			return true
+		}
+		return false
+	})
+	unmount := func(cs []corev1.Container) {
+		for i := range cs {
+			cs[i].VolumeMounts = slices.DeleteFunc(cs[i].VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(token, m.Name) })
+			if len(cs[i].VolumeMounts) == 0 {
+				cs[i].VolumeMounts = nil
+			}
+		}
+	}
+	unmount(p.Spec.InitContainers)
+	unmount(p.Spec.Containers)
+	if len(p.Spec.Volumes) == 0 {
+		p.Spec.Volumes = nil
+	}
+	return p
+}
+
+func assertSamePod(t *testing.T, got, want corev1.Pod) {
+	t.Helper()
+	if got.Name != want.Name || !equality.Semantic.DeepEqual(got.Labels, want.Labels) ||
+		!equality.Semantic.DeepEqual(got.Annotations, want.Annotations) || !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
+		gy, _ := yaml.Marshal(got)
+		wy, _ := yaml.Marshal(want)
+		t.Errorf("pod %s differs:\ngot:\n%s\nwant:\n%s", want.Name, gy, wy)
+	}
+}
