@@ -185,7 +185,7 @@ func probe(cfg inject.Config) (*generator, error) {
 		return nil, fmt.Errorf("probing inject: drain timeout %q: %w", st.DrainTimeout, err)
 	}
 	g.dynamic["--drain-timeout="+st.DrainTimeout] = `"--drain-timeout=" + variables.timeout`
-	g.dynamic[fmt.Sprintf("--termination-grace-period=%ds", probeGrace)] = `"--termination-grace-period=" + string(variables.grace) + "s"`
+	g.dynamic[fmt.Sprintf("--termination-grace-period=%ds", probeGrace)] = `"--termination-grace-period=" + string(variables.newGrace) + "s"`
 	if cfg.Drain.Timeout == nil {
 		m := probeGrace*time.Second - timeout
 		if m%time.Second != 0 || m < 0 {
