@@ -113,55 +113,107 @@ func TestSameStoredPods(t *testing.T) {
 			if f := goldenSettings[name]; f != nil {
 				f(&cfg)
 			}
-			withPolicy, plain := fmt.Sprintf("policy-%d", i), fmt.Sprintf("plain-%d", i)
-			createNamespace(t, api, withPolicy, true)
-			createNamespace(t, api, plain, false)
-			applyPolicy(t, api, cfg, withPolicy)
-
-			stored := create(t, api, withPolicy, pods)
-			admitted := create(t, api, plain, pods, "--dry-run=server")
-			var want []corev1.Pod
-			injected := make([]bool, len(admitted))
-			for j, p := range admitted {
-				p = clean(p)
-				err := inject.Inject(&p.ObjectMeta, &p.Spec, cfg)
-				injected[j] = err == nil
-				if err != nil {
-					t.Logf("pod %s: inject refuses it: %v", p.Name, err)
-				}
-				want = append(want, p)
-			}
-			want = create(t, api, plain, want)
-
-			for j := range stored {
-				got := normalize(stored[j])
-				if why, isRefused := refused[name]; injected[j] && !isRefused {
-					proven++
-					assertSamePod(t, got, normalize(want[j]))
-				} else {
-					if injected[j] {
-						t.Logf("pod %s: the policy refuses it (%s)", got.Name, why)
-					}
-					assertSamePod(t, got, normalize(admitted[j])) // stored unchanged
-				}
-			}
-
-			// Created again through the policy, an injected pod is stored unchanged.
-			again := make([]corev1.Pod, len(stored))
-			for j, p := range stored {
-				again[j] = clean(p)
-				again[j].Name += "-again"
-			}
-			for j, p := range create(t, api, withPolicy, again) {
-				want := normalize(stored[j])
-				want.Name += "-again"
-				assertSamePod(t, normalize(p), want)
-			}
+			proven += prove(t, api, fmt.Sprint(i), cfg, pods, refused[name])
 		})
 	}
 	t.Logf("%d pods proven equal", proven)
 	if proven == 0 {
 		t.Error("no pod proven equal: this test checked nothing")
+	}
+}
+
+// prove creates pods through the policy for cfg (namespace policy-<id>) and, injected by inject.Inject,
+// without it (namespace plain-<id>), and compares what the API server stored; with refusedWhy (the
+// matchCondition expected to refuse them) the policy must store them unchanged, as it must the pods inject
+// refuses. It returns how many pods were proven equal.
+func prove(t *testing.T, api *kubetest.APIServer, id string, cfg inject.Config, pods []corev1.Pod, refusedWhy string) int {
+	t.Helper()
+	withPolicy, plain := "policy-"+id, "plain-"+id
+	createNamespace(t, api, withPolicy, true)
+	createNamespace(t, api, plain, false)
+	applyPolicy(t, api, cfg, withPolicy)
+
+	stored := create(t, api, withPolicy, pods)
+	admitted := create(t, api, plain, pods, "--dry-run=server")
+	var want []corev1.Pod
+	injected := make([]bool, len(admitted))
+	for j, p := range admitted {
+		p = clean(p)
+		err := inject.Inject(&p.ObjectMeta, &p.Spec, cfg)
+		injected[j] = err == nil
+		if err != nil {
+			t.Logf("pod %s: inject refuses it: %v", p.Name, err)
+		}
+		want = append(want, p)
+	}
+	want = create(t, api, plain, want)
+
+	proven := 0
+	for j := range stored {
+		got := normalize(stored[j])
+		if injected[j] && refusedWhy == "" {
+			proven++
+			assertSamePod(t, got, normalize(want[j]))
+		} else {
+			if injected[j] {
+				t.Logf("pod %s: the policy refuses it (%s)", got.Name, refusedWhy)
+			}
+			assertSamePod(t, got, normalize(admitted[j])) // stored unchanged
+		}
+	}
+
+	// Created again through the policy, an injected pod is stored unchanged.
+	again := make([]corev1.Pod, len(stored))
+	for j, p := range stored {
+		again[j] = clean(p)
+		again[j].Name += "-again"
+	}
+	for j, p := range create(t, api, withPolicy, again) {
+		want := normalize(stored[j])
+		want.Name += "-again"
+		assertSamePod(t, normalize(p), want)
+	}
+	return proven
+}
+
+// TestGracePeriods: the drain timeout and grace period the policy computes in CEL (whole seconds, written
+// as Go writes durations: 45s, 1m5s, 1h0m0s) are inject's, around every boundary, in hook and agent modes,
+// with the drain timeout derived and asked for.
+func TestGracePeriods(t *testing.T) {
+	api := kubetest.Start(t)
+	graces := []int64{0, 1, 19, 20, 21, 30, 64, 65, 66, 3604, 3605, 7265, 86400}
+	for i, tc := range []struct {
+		name string
+		cfg  func(*inject.Config)
+	}{
+		{"hook", nil},
+		{"agent", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
+		{"hook-timeout", func(c *inject.Config) { c.Drain.Timeout = dur("1m30s") }},
+		{"agent-timeout", func(c *inject.Config) { c.Mode, c.Drain.Timeout = inject.ModeAgent, dur("1m30s") }},
+		{"sidecar-fractional", func(c *inject.Config) {
+			c.Mode, c.Drain.Delay, c.Drain.MinDuration = inject.ModeSidecar, dur("1.5s"), dur("2.25s")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := goldenConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			var pods []corev1.Pod
+			for _, g := range graces {
+				pods = append(pods, corev1.Pod{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("grace-%d", g)},
+					Spec: corev1.PodSpec{
+						TerminationGracePeriodSeconds: ptr(g),
+						Containers:                    []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}},
+					},
+				})
+			}
+			if got := prove(t, api, fmt.Sprintf("grace-%d", i), cfg, pods, ""); got != len(pods) {
+				t.Errorf("%d pods proven equal, want %d", got, len(pods))
+			}
+		})
 	}
 }
 
@@ -258,19 +310,23 @@ func create(t *testing.T, api *kubetest.APIServer, ns string, pods []corev1.Pod,
 		items[i] = p
 	}
 	out := kubectl(t, api, items, append([]string{"create", "-n", ns, "-o", "json"}, extra...)...)
+	// kubectl prints one object, a List, or (for a List in) the objects one after the other.
 	var list struct {
-		Kind  string       `json:"kind"`
 		Items []corev1.Pod `json:"items"`
 	}
-	if err := json.Unmarshal(out, &list); err != nil {
-		t.Fatalf("decoding kubectl's output: %v\n%s", err, out)
-	}
-	if list.Kind == "Pod" {
-		var p corev1.Pod
-		if err := json.Unmarshal(out, &p); err != nil {
-			t.Fatal(err)
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var obj struct {
+			corev1.Pod
+			Items []corev1.Pod `json:"items"`
 		}
-		list.Items = []corev1.Pod{p}
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatalf("decoding kubectl's output: %v\n%s", err, out)
+		}
+		if obj.Kind == "Pod" {
+			list.Items = append(list.Items, obj.Pod)
+		}
+		list.Items = append(list.Items, obj.Items...)
 	}
 	if len(list.Items) != len(pods) {
 		t.Fatalf("kubectl returned %d pods, want %d:\n%s", len(list.Items), len(pods), out)
