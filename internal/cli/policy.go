@@ -17,9 +17,6 @@ func runPolicy(_ context.Context, args []string, stdout, _ io.Writer) error {
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected arguments: %v", fs.Args())
-	}
 	cfg, err := f.config(fs)
 	if err != nil {
 		return err
