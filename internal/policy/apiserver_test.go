@@ -409,3 +409,59 @@ func assertSamePod(t *testing.T, got, want corev1.Pod) {
 		t.Errorf("pod %s differs:\ngot:\n%s\nwant:\n%s", want.Name, gy, wy)
 	}
 }
+
+// TestSelection applies the shipped deploy/policy/policy.yaml as a user would (after a server dry run) and
+// checks which pods it mutates: those of opted-in namespaces and opted-in pods, once even when both; never
+// an opted-out pod, one in kube-system, or one of ours.
+func TestSelection(t *testing.T) {
+	api := kubetest.Start(t)
+	const shipped = "../../deploy/policy/policy.yaml"
+	if out := api.ApplyDryRun(t, shipped); !strings.Contains(out, "created (server dry run)") {
+		t.Fatalf("kubectl apply --dry-run=server said %q", out)
+	}
+	api.Kubectl(t, "apply", "-f", shipped)
+	createNamespace(t, api, "opted", true)
+	createNamespace(t, api, "plain", false)
+	createNamespace(t, api, metav1.NamespaceSystem, true) // labelled: kube-system is still never mutated
+	awaitPolicy(t, api, "opted")
+
+	pod := func(name string, labels, annotations map[string]string) corev1.Pod {
+		return corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
+		}
+	}
+	optIn := map[string]string{OptInLabel: OptInValue}
+	for _, tc := range []struct {
+		ns   string
+		pod  corev1.Pod
+		want bool
+	}{
+		{"opted", pod("in-namespace", nil, nil), true},
+		{"opted", pod("both", optIn, nil), true},
+		{"opted", pod("opted-out", nil, map[string]string{inject.AnnotationInject: "false"}), false},
+		{"opted", pod("ours", map[string]string{OwnPodsLabel: OwnPodsValue, OptInLabel: OptInValue}, nil), false},
+		{"plain", pod("not-opted-in", nil, nil), false},
+		{"plain", pod("pod-label", optIn, nil), true},
+		{"plain", pod("pod-label-opted-out", optIn, map[string]string{inject.AnnotationInject: "false"}), false},
+		{metav1.NamespaceSystem, pod("system", optIn, nil), false},
+	} {
+		got := create(t, api, tc.ns, []corev1.Pod{tc.pod})[0]
+		if inject.Injected(&got.ObjectMeta) != tc.want {
+			t.Errorf("pod %s/%s: injected %t, want %t", tc.ns, tc.pod.Name, !tc.want, tc.want)
+			continue
+		}
+		if !tc.want {
+			continue
+		}
+		// Mutated exactly once, with the shipped settings.
+		if n := len(got.Spec.InitContainers); n != 1 || got.Spec.InitContainers[0].Name != inject.InstallContainer ||
+			got.Spec.InitContainers[0].Image != "shutdown-manager:dev" {
+			t.Errorf("pod %s/%s: init containers %+v, want only %s with image shutdown-manager:dev", tc.ns, tc.pod.Name, got.Spec.InitContainers, inject.InstallContainer)
+		}
+		if c := got.Spec.Containers[0]; c.Lifecycle == nil || c.Lifecycle.PreStop == nil || len(c.Env) != 2 {
+			t.Errorf("pod %s/%s: Envoy's container %+v, want our preStop hook and two variables", tc.ns, tc.pod.Name, c)
+		}
+	}
+}
