@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -74,6 +75,19 @@ func TestMatchConditionsAreRefusals(t *testing.T) {
 	for _, c := range append(p.Spec.MatchConditions, a.Spec.MatchConditions...) {
 		if !documented[c.Name] {
 			t.Errorf("matchCondition %s is not in Refusals", c.Name)
+		}
+	}
+}
+
+// TestRefusalsInReadme: the README's table names every refusal.
+func TestRefusalsInReadme(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range Refusals {
+		if !strings.Contains(string(readme), "| `"+r.Name+"` |") {
+			t.Errorf("the README's MutatingAdmissionPolicy table has no row for %s (%s)", r.Name, r.Why)
 		}
 	}
 }
