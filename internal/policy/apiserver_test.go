@@ -86,8 +86,6 @@ var refused = map[string]string{
 	"existing-prestop-replaced":       "envoy-without-prestop",
 	"agent-existing-prestop-replaced": "envoy-without-prestop",
 	"reinject-other-mode":             "not-injected",
-	"env-user-set":                    "env-free",
-	"env-user-set-agent":              "env-free",
 }
 
 // TestSameStoredPods is the proof that the policy is inject: for every golden input of inject that holds

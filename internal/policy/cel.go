@@ -21,7 +21,8 @@ type renderer struct {
 	dynamic map[string]string
 }
 
-// value renders v, of Go type t, whose CEL type name (for structs) is typ.
+// value renders v (an API type, or a list of strings), whose CEL type name is typ: the path of the field
+// that holds it, for structs (Object.spec.volumes), and its fields' names appended for theirs.
 func (r renderer) value(typ string, v any) (string, error) {
 	data, err := json.Marshal(v)
 	if err != nil {

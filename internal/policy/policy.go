@@ -51,7 +51,6 @@ var Refusals = []struct{ Name, Why string }{
 	{"envoy-named", "no container has Envoy's name (--envoy-container, default envoy): finding Envoy by its image is left to inject and the webhook"},
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
-	{"env-free", "Envoy's container sets SHUTDOWN_MANAGER_POD_NAME or _NAMESPACE itself: inject keeps the user's and records which it added, a variant the policy leaves to inject and the webhook"},
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
 	{"envoy-command-known", "agent mode: Envoy's container sets neither command nor args: inject refuses it"},
 }
@@ -68,6 +67,7 @@ const defaultGrace = 30
 const (
 	timeoutMarker = "@@drain-timeout@@"
 	fromMarker    = -7777777
+	envMarker     = "@@env@@"
 )
 
 // Generate returns the policy for cfg (the settings of `inject`; pods' annotations cannot override them, see
@@ -270,10 +270,6 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 object.spec.containers.all(c, c.name != %[3]s || !has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name in %[2]s || m.mountPath in %[4]s))`,
 			celList(names), celList(g.status.Volumes), envoy, celList([]string{inject.BinaryDir, inject.SocketDir}))},
 	}
-	if len(g.status.Env) > 0 {
-		conds = append(conds, admissionv1.MatchCondition{Name: "env-free", Expression: fmt.Sprintf(
-			`object.spec.containers.all(c, c.name != %s || !has(c.env) || !c.env.exists(e, e.name in %s))`, envoy, celList(g.status.Env))})
-	}
 	if g.status.Mode == inject.ModeSidecar && g.status.Hook == inject.HookHTTP {
 		var ports []string
 		for _, c := range g.added.initContainers {
@@ -302,7 +298,7 @@ object.spec.containers.all(c, c.name != %[3]s || !has(c.volumeMounts) || !c.volu
 func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 	r := renderer{dynamic: g.dynamic}
 	envoyPath := func(rest string) string {
-		return `"/spec/containers/" + string(variables.envoyIndex) + ` + celString(rest)
+		return concat(`"/spec/containers/" + string(variables.envoyIndex)`, rest)
 	}
 	vars := []admissionv1.Variable{
 		{Name: "envoyIndex", Expression: fmt.Sprintf(`object.spec.containers.map(c, c.name).indexOf(%s)`, celString(g.envoy))},
@@ -318,6 +314,12 @@ func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 		timeout = fmt.Sprintf(`variables.fits ? %s : %s`, goDuration(fmt.Sprintf("(variables.grace - %d)", g.margin)), celString(g.raisedTo))
 	}
 	vars = append(vars, admissionv1.Variable{Name: "timeout", Expression: timeout})
+	if len(g.status.Env) > 0 {
+		// The names inject adds, as the status annotation lists them (omitted when none).
+		vars = append(vars, admissionv1.Variable{Name: "envAdded", Expression: fmt.Sprintf(`%s.filter(n, %s)`,
+			celList(g.status.Env), strings.ReplaceAll(envMissing("NAME"), `"NAME"`, "n"))},
+			admissionv1.Variable{Name: "envJSON", Expression: `size(variables.envAdded) == 0 ? "" : ",\"env\":[" + variables.envAdded.map(n, "\"" + n + "\"").join(",") + "]"`})
+	}
 
 	status, err := g.statusExpr(g.status)
 	if err != nil {
@@ -345,7 +347,7 @@ func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 			if err != nil {
 				return err
 			}
-			add = append(add, patch("add", path+` + "/-"`, v))
+			add = append(add, patch("add", concat(path, "/-"), v))
 		}
 		ops = append(ops, when("!"+has, patch("add", path, "[]")), list(add...))
 		return nil
@@ -358,11 +360,21 @@ func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 		{celString("/spec/initContainers"), "has(object.spec.initContainers)", "Object.spec.initContainers", anys(g.added.initContainers)},
 		{celString("/spec/containers"), "true", "Object.spec.containers", anys(g.added.containers)},
 		{envoyPath("/volumeMounts"), "has(variables.envoy.volumeMounts)", "Object.spec.containers.volumeMounts", anys(g.envoyOut.VolumeMounts)},
-		{envoyPath("/env"), "has(variables.envoy.env)", "Object.spec.containers.env", anys(g.envoyOut.Env)},
 	}
 	for _, s := range steps {
 		if err := appendAll(s.path, s.has, s.typ, s.items); err != nil {
 			return "", nil, err
+		}
+	}
+	// Envoy's environment: inject adds each variable the container does not set already (the user's wins).
+	if len(g.envoyOut.Env) > 0 {
+		ops = append(ops, when("!has(variables.envoy.env)", patch("add", envoyPath("/env"), "[]")))
+		for _, e := range g.envoyOut.Env {
+			v, err := r.value("Object.spec.containers.env", e)
+			if err != nil {
+				return "", nil, err
+			}
+			ops = append(ops, when(envMissing(e.Name), patch("add", envoyPath("/env/-"), v)))
 		}
 	}
 
@@ -408,6 +420,11 @@ func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 	return strings.Join(ops, " +\n"), vars, nil
 }
 
+// envMissing: Envoy's container does not set the variable name.
+func envMissing(name string) string {
+	return fmt.Sprintf(`(!has(variables.envoy.env) || !variables.envoy.env.exists(e, e.name == %s))`, celString(name))
+}
+
 // commandSet: Envoy's container sets a command (agent mode wraps it; else it wraps the configured one).
 const commandSet = `(has(variables.envoy.command) && size(variables.envoy.command) > 0)`
 
@@ -436,8 +453,8 @@ has(object.spec.securityContext) && has(object.spec.securityContext.%[1]s) ? obj
 		admissionv1.Variable{Name: "uid", Expression: field("runAsUser")},
 		admissionv1.Variable{Name: "gid", Expression: field("runAsGroup")})
 	return []string{
-		when("variables.uid != 0", patch("replace", path+` + "/securityContext/runAsUser"`, "variables.uid")),
-		when("variables.uid != 0 && variables.gid != 0", patch("replace", path+` + "/securityContext/runAsGroup"`, "variables.gid")),
+		when("variables.uid != 0", patch("replace", concat(path, "/securityContext/runAsUser"), "variables.uid")),
+		when("variables.uid != 0 && variables.gid != 0", patch("replace", concat(path, "/securityContext/runAsGroup"), "variables.gid")),
 	}, nil
 }
 
@@ -445,6 +462,9 @@ has(object.spec.securityContext) && has(object.spec.securityContext.%[1]s) ? obj
 // and the grace change computed per pod.
 func (g *generator) statusExpr(st inject.Status) (string, error) {
 	st.DrainTimeout = timeoutMarker
+	if len(st.Env) > 0 {
+		st.Env = []string{envMarker}
+	}
 	st.Grace = nil
 	kept, err := template(st)
 	if err != nil {
@@ -464,27 +484,60 @@ func template(st inject.Status) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("encoding the status annotation: %w", err)
 	}
-	from := `(has(object.spec.terminationGracePeriodSeconds) ? string(object.spec.terminationGracePeriodSeconds) : "null")`
-	var parts []string
-	for i, chunk := range strings.Split(data, timeoutMarker) {
-		if i > 0 {
-			parts = append(parts, "variables.timeout")
-		}
-		for j, piece := range strings.Split(chunk, strconv.Itoa(fromMarker)) {
-			if j > 0 {
-				parts = append(parts, from)
+	subs := []struct{ marker, expr string }{
+		{timeoutMarker, "variables.timeout"},
+		{strconv.Itoa(fromMarker), `(has(object.spec.terminationGracePeriodSeconds) ? string(object.spec.terminationGracePeriodSeconds) : "null")`},
+		{`,"env":["` + envMarker + `"]`, "variables.envJSON"},
+	}
+	parts := []string{data}
+	for _, sub := range subs {
+		var next []string
+		for _, p := range parts {
+			if !strings.HasPrefix(p, "\x00") {
+				for i, piece := range strings.Split(p, sub.marker) {
+					if i > 0 {
+						next = append(next, "\x00"+sub.expr)
+					}
+					next = append(next, piece)
+				}
+				continue
 			}
-			parts = append(parts, celString(piece))
+			next = append(next, p)
+		}
+		parts = next
+	}
+	var cel []string
+	for _, p := range parts {
+		switch {
+		case strings.HasPrefix(p, "\x00"):
+			cel = append(cel, p[1:])
+		case p != "":
+			cel = append(cel, celString(p))
 		}
 	}
-	return "(" + strings.Join(parts, " + ") + ")", nil
+	if strings.Contains(data, envMarker) && !slices.Contains(cel, "variables.envJSON") {
+		return "", fmt.Errorf("encoding the status annotation: the environment variables are not where the policy expects them: %s", data)
+	}
+	return "(" + strings.Join(cel, " + ") + ")", nil
 }
 
 // goDuration formats a CEL int expression of whole seconds (>= 0) as Go's time.Duration.String does:
 // 25s, 1m30s, 2h0m5s.
-func goDuration(secs string) string {
-	s := secs
+func goDuration(s string) string {
 	return fmt.Sprintf(`(%[1]s < 60 ? string(%[1]s) + "s" : %[1]s < 3600 ? string(%[1]s / 60) + "m" + string(%[1]s %% 60) + "s" : string(%[1]s / 3600) + "h" + string(%[1]s %% 3600 / 60) + "m" + string(%[1]s %% 60) + "s")`, s)
+}
+
+// concat is the CEL string expression expr followed by the text suffix; a literal stays one literal.
+func concat(expr, suffix string) string {
+	if s, err := strconv.Unquote(expr); err == nil && celString(s) == expr {
+		return celString(s + suffix)
+	}
+	if i := strings.LastIndex(expr, " + "); i >= 0 {
+		if s, err := strconv.Unquote(expr[i+3:]); err == nil && celString(s) == expr[i+3:] {
+			return expr[:i+3] + celString(s+suffix)
+		}
+	}
+	return expr + " + " + celString(suffix)
 }
 
 func celList(ss []string) string {
