@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -82,7 +83,6 @@ var refused = map[string]string{
 	"annotations-agent":               "no-pod-settings",
 	"annotations-sidecar":             "no-pod-settings",
 	"annotation-envoy-container":      "no-pod-settings",
-	"envoy-by-image":                  "envoy-named",
 	"existing-prestop-replaced":       "envoy-without-prestop",
 	"agent-existing-prestop-replaced": "envoy-without-prestop",
 	"reinject-other-mode":             "not-injected",
@@ -275,18 +275,18 @@ func applyPolicy(t *testing.T, api *kubetest.APIServer, cfg inject.Config, ns st
 		objects = append(objects, b)
 	}
 	apply(t, api, objects)
-	awaitPolicy(t, api, ns)
+	awaitPolicy(t, api, ns, cmp.Or(cfg.EnvoyContainer, "envoy"))
 }
 
-// awaitPolicy waits until a pod created (dry run) in ns comes back with the status annotation: the API
-// server loads policies asynchronously. Every try is a request that answers; the wait ends on the answer,
+// awaitPolicy waits until a pod created (dry run) in ns, its Envoy container named envoy, comes back with the
+// status annotation: the API server loads policies asynchronously. Every try is a request that answers; the wait ends on the answer,
 // not on a timer.
-func awaitPolicy(t *testing.T, api *kubetest.APIServer, ns string) {
+func awaitPolicy(t *testing.T, api *kubetest.APIServer, ns, envoy string) {
 	t.Helper()
 	probe := corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "await-policy"},
-		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: envoy, Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
@@ -421,7 +421,7 @@ func TestSelection(t *testing.T) {
 	createNamespace(t, api, "opted", true)
 	createNamespace(t, api, "plain", false)
 	createNamespace(t, api, metav1.NamespaceSystem, true) // labelled: kube-system is still never mutated
-	awaitPolicy(t, api, "opted")
+	awaitPolicy(t, api, "opted", "envoy")
 
 	pod := func(name string, labels, annotations map[string]string) corev1.Pod {
 		return corev1.Pod{
@@ -461,5 +461,47 @@ func TestSelection(t *testing.T) {
 		if c := got.Spec.Containers[0]; c.Lifecycle == nil || c.Lifecycle.PreStop == nil || len(c.Env) != 2 {
 			t.Errorf("pod %s/%s: Envoy's container %+v, want our preStop hook and two variables", tc.ns, tc.pod.Name, c)
 		}
+	}
+}
+
+// TestFindEnvoy: the policy finds Envoy's container as inject does: by --envoy-container only when it is
+// given; else the container named envoy, else the only one whose image is Envoy's (a registry port, a
+// digest, a tag named envoy); none or two are refused by both.
+func TestFindEnvoy(t *testing.T) {
+	api := kubetest.Start(t)
+	pod := func(name string, containers ...string) corev1.Pod { // name=image pairs
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: name}}
+		for _, c := range containers {
+			n, image, _ := strings.Cut(c, "=")
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: n, Image: image, Args: []string{"-c", "/etc/envoy/envoy.yaml"}})
+		}
+		return p
+	}
+	pods := []corev1.Pod{
+		pod("named", "app=example.com/app:v1", "envoy=example.com/proxy:v1"),
+		pod("image", "app=example.com/app:v1", "proxy=envoyproxy/envoy:v1.40.0"),
+		pod("distroless-digest", "proxy=docker.io/envoyproxy/envoy-distroless@sha256:0000000000000000000000000000000000000000000000000000000000000000", "app=example.com/app:v1"),
+		pod("registry-port", "app=example.com/app:v1", "proxy=registry.example.com:5000/envoy"),
+		pod("tag-is-not-image", "proxy=registry.example.com:5000/team/app:envoy"),
+		pod("named-wins", "front=envoyproxy/envoy:v1.40.0", "envoy=example.com/proxy:v1"),
+		pod("two-images", "front=envoyproxy/envoy:v1.40.0", "back=envoyproxy/envoy-contrib:v1.40.0"),
+	}
+	for i, tc := range []struct {
+		name string
+		cfg  func(*inject.Config)
+		want int // pods proven equal: inject injects them, and so does the policy
+	}{
+		{"found", nil, 5},
+		{"configured", func(c *inject.Config) { c.EnvoyContainer = "proxy" }, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := goldenConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			if got := prove(t, api, fmt.Sprintf("find-%d", i), cfg, pods, ""); got != tc.want {
+				t.Errorf("%d pods proven equal, want %d", got, tc.want)
+			}
+		})
 	}
 }

@@ -1,11 +1,11 @@
 // Package policy writes a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, Kubernetes >= 1.36) and
-// its binding that make the API server itself put the shutdown manager into pods, as `inject` would, with
+// the bindings that make the API server itself put the shutdown manager into pods, as `inject` would, with
 // no webhook server: no certificate, no Deployment, no outage mode.
 //
 // There is one mutation, internal/inject's. Generate does not restate what inject adds: it runs inject.Inject
 // on probe pods and turns what inject added (containers, volumes, mounts, hooks, the status annotation) into
 // CEL JSONPatch operations, with the values that depend on the pod (the drain timeout and the grace period,
-// the sidecar's user) computed in CEL by the same rules. What CEL cannot reproduce exactly, the policy does
+// the sidecar's user, Envoy's container and the variables it sets already) computed in CEL by the same rules. What CEL cannot reproduce exactly, the policy does
 // not attempt: its matchConditions refuse such pods, which are then created unchanged (see Refusals).
 //
 // Facts of the 1.36.3 API server the expressions are written around: ApplyConfiguration cannot set atomic
@@ -29,7 +29,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
-// Name is the name of the policy and of its binding.
+// Name is the name of the policy, and the start of its bindings' names.
 const Name = "shutdown-manager-inject"
 
 // Opt-in, exclusions and the label value, as the webhook has them (WAVE2 decisions).
@@ -48,7 +48,7 @@ var Refusals = []struct{ Name, Why string }{
 	{"not-injected", "the pod carries the status annotation already: it was injected (reinvocation, or a manifest injected by `inject`); the policy never injects twice"},
 	{"not-opted-out", "annotation shutdown-manager.io/inject: \"false\""},
 	{"no-pod-settings", "a shutdown-manager.io/ annotation other than inject: \"true\" (per-pod settings): the policy's settings are fixed when it is written, and parsing durations or regular expressions per pod is beyond CEL; use `inject` or the webhook"},
-	{"envoy-named", "no container has Envoy's name (--envoy-container, default envoy): finding Envoy by its image is left to inject and the webhook"},
+	{"envoy-found", "no container is Envoy's: none has the name --envoy-container gives or, without it, none is named envoy and not exactly one runs Envoy's image (inject refuses such a pod too)"},
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
@@ -68,6 +68,7 @@ const (
 	timeoutMarker = "@@drain-timeout@@"
 	fromMarker    = -7777777
 	envMarker     = "@@env@@"
+	envoyMarker   = "@@envoy@@"
 )
 
 // Generate returns the policy for cfg (the settings of `inject`; pods' annotations cannot override them, see
@@ -247,11 +248,50 @@ func (g *generator) checkProbe(before corev1.Container, meta metav1.ObjectMeta, 
 	return nil
 }
 
+// byName: the pod has a container with Envoy's name (the configured one, else "envoy").
+func (g *generator) byName() string {
+	return fmt.Sprintf(`object.spec.containers.exists(x, x.name == %s)`, celString(g.envoy))
+}
+
+// isEnvoy: container c is Envoy's, as inject finds it: by the configured name only; without one, the
+// container named envoy, else the one whose image is Envoy's (envoyFound makes sure there is one).
+func (g *generator) isEnvoy(c string) string {
+	if g.cfg.EnvoyContainer != "" {
+		return fmt.Sprintf(`(%s.name == %s)`, c, celString(g.envoy))
+	}
+	return fmt.Sprintf(`(%s.name == %s || !%s && %s)`, c, celString(g.envoy), g.byName(), envoyImage(c+".image"))
+}
+
+// envoyFound: inject finds Envoy's container in the pod.
+func (g *generator) envoyFound() string {
+	if g.cfg.EnvoyContainer != "" {
+		return g.byName()
+	}
+	return fmt.Sprintf(`%s || size(object.spec.containers.filter(c, %s)) == 1`, g.byName(), envoyImage("c.image"))
+}
+
+// envoyIndex: the index of Envoy's container.
+func (g *generator) envoyIndex() string {
+	byName := fmt.Sprintf(`object.spec.containers.map(c, c.name).indexOf(%s)`, celString(g.envoy))
+	if g.cfg.EnvoyContainer != "" {
+		return byName
+	}
+	return fmt.Sprintf(`%s ? %s : object.spec.containers.map(c, %s).indexOf(true)`, g.byName(), byName, envoyImage("c.image"))
+}
+
+// envoyImage is inject's test of an image reference (a CEL string expression): its repository's last path
+// element is "envoy" or starts with "envoy-".
+func envoyImage(image string) string {
+	repo := image + `.split("@")[0]`
+	name := fmt.Sprintf(`%[1]s.substring(%[1]s.lastIndexOf("/") + 1).split(":")[0]`, repo)
+	return fmt.Sprintf(`(%[1]s == "envoy" || %[1]s.startsWith("envoy-"))`, name)
+}
+
 // matchConditions: every refusal (see Refusals). They cannot use spec.variables.
 func (g *generator) matchConditions() []admissionv1.MatchCondition {
 	ann := "object.metadata.annotations"
 	hasAnn := "has(object.metadata.annotations)"
-	envoy := celString(g.envoy)
+	notEnvoy := func(c string) string { return "!" + g.isEnvoy(c) }
 	var names []string
 	names = append(names, g.status.InitContainers...)
 	names = append(names, g.status.Containers...)
@@ -260,15 +300,15 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 		{Name: "not-opted-out", Expression: fmt.Sprintf(`!%[1]s || !(%[2]s in %[3]s) || %[3]s[%[2]s] != "false"`, hasAnn, celString(inject.AnnotationInject), ann)},
 		{Name: "no-pod-settings", Expression: fmt.Sprintf(`!%[1]s || %[2]s.all(k, !k.startsWith(%[3]s) || k == %[4]s && %[2]s[k] == "true" || k == %[5]s)`,
 			hasAnn, ann, celString(inject.Prefix), celString(inject.AnnotationInject), celString(inject.AnnotationStatus))},
-		{Name: "envoy-named", Expression: fmt.Sprintf(`object.spec.containers.exists(c, c.name == %s)`, envoy)},
+		{Name: "envoy-found", Expression: g.envoyFound()},
 		{Name: "envoy-without-prestop", Expression: fmt.Sprintf(
-			`object.spec.containers.all(c, c.name != %s || !has(c.lifecycle) || !has(c.lifecycle.preStop))`, envoy)},
+			`object.spec.containers.all(c, %s || !has(c.lifecycle) || !has(c.lifecycle.preStop))`, notEnvoy("c"))},
 		{Name: "names-free", Expression: fmt.Sprintf(
 			`!(has(object.spec.initContainers) && object.spec.initContainers.exists(c, c.name in %[1]s)) &&
 !object.spec.containers.exists(c, c.name in %[1]s) &&
 !(has(object.spec.volumes) && object.spec.volumes.exists(v, v.name in %[2]s)) &&
-object.spec.containers.all(c, c.name != %[3]s || !has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name in %[2]s || m.mountPath in %[4]s))`,
-			celList(names), celList(g.status.Volumes), envoy, celList([]string{inject.BinaryDir, inject.SocketDir}))},
+object.spec.containers.all(c, %[3]s || !has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name in %[2]s || m.mountPath in %[4]s))`,
+			celList(names), celList(g.status.Volumes), notEnvoy("c"), celList([]string{inject.BinaryDir, inject.SocketDir}))},
 	}
 	if g.status.Mode == inject.ModeSidecar && g.status.Hook == inject.HookHTTP {
 		var ports []string
@@ -289,7 +329,7 @@ object.spec.containers.all(c, c.name != %[3]s || !has(c.volumeMounts) || !c.volu
 	}
 	if g.status.Mode == inject.ModeAgent {
 		conds = append(conds, admissionv1.MatchCondition{Name: "envoy-command-known", Expression: fmt.Sprintf(
-			`object.spec.containers.all(c, c.name != %s || has(c.command) && size(c.command) > 0 || has(c.args) && size(c.args) > 0)`, envoy)})
+			`object.spec.containers.all(c, %s || has(c.command) && size(c.command) > 0 || has(c.args) && size(c.args) > 0)`, notEnvoy("c"))})
 	}
 	return conds
 }
@@ -301,7 +341,7 @@ func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 		return concat(`"/spec/containers/" + string(variables.envoyIndex)`, rest)
 	}
 	vars := []admissionv1.Variable{
-		{Name: "envoyIndex", Expression: fmt.Sprintf(`object.spec.containers.map(c, c.name).indexOf(%s)`, celString(g.envoy))},
+		{Name: "envoyIndex", Expression: g.envoyIndex()},
 		{Name: "envoy", Expression: `object.spec.containers[variables.envoyIndex]`},
 		{Name: "grace", Expression: fmt.Sprintf(`has(object.spec.terminationGracePeriodSeconds) ? object.spec.terminationGracePeriodSeconds : %d`, defaultGrace)},
 		// inject keeps a grace period that fits the drain (and the drain then uses all of it, less the
@@ -462,6 +502,7 @@ has(object.spec.securityContext) && has(object.spec.securityContext.%[1]s) ? obj
 // and the grace change computed per pod.
 func (g *generator) statusExpr(st inject.Status) (string, error) {
 	st.DrainTimeout = timeoutMarker
+	st.EnvoyContainer = envoyMarker
 	if len(st.Env) > 0 {
 		st.Env = []string{envMarker}
 	}
@@ -488,6 +529,7 @@ func template(st inject.Status) (string, error) {
 		{timeoutMarker, "variables.timeout"},
 		{strconv.Itoa(fromMarker), `(has(object.spec.terminationGracePeriodSeconds) ? string(object.spec.terminationGracePeriodSeconds) : "null")`},
 		{`,"env":["` + envMarker + `"]`, "variables.envJSON"},
+		{envoyMarker, "variables.envoy.name"}, // a DNS label: nothing to escape in JSON
 	}
 	parts := []string{data}
 	for _, sub := range subs {
