@@ -16,7 +16,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
-// injectFlags are the injection settings, the flags of `inject` (beside -f) and `policy`; each maps onto
+// injectFlags are the injection settings, shared by `inject` and `webhook` (and `policy`); each maps onto
 // inject.Config, and is passed on only when set.
 type injectFlags struct {
 	image           string
@@ -105,8 +105,8 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 // runInject is `inject -f FILE|-`: YAML documents in, the same documents out with every workload injected.
 func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
-	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
 	var f injectFlags
+	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
 	f.register(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
