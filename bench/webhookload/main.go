@@ -149,6 +149,9 @@ func run(manager, template string, rate int, duration, warmup time.Duration) (Re
 	url := "https://" + listen + webhook.Path
 	pid := cmd.Process.Pid
 
+	if err := checkAnswer(client, url, body(-1)); err != nil {
+		return Result{}, err
+	}
 	res := Result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), LoadAvgBefore: loadavg(),
 		Rate: rate, Duration: duration.String()}
 	if _, _, err := load(client, url, body, rate, warmup, nil); err != nil {
@@ -245,12 +248,29 @@ func send(client *http.Client, url string, body []byte) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s", resp.Status, b)
 	}
-	var review admissionv1.AdmissionReview
-	if err := json.Unmarshal(b, &review); err != nil {
+	// A cheap check, so that the load generator leaves the CPU to the webhook: the answer allows the pod and
+	// carries a patch (the first answer is decoded in full by run).
+	if !bytes.Contains(b, []byte(`"allowed":true`)) || !bytes.Contains(b, []byte(`"patch":"`)) {
+		return fmt.Errorf("answer without a patch: %.200s", b)
+	}
+	return nil
+}
+
+// checkAnswer sends one review and decodes the answer in full: an AdmissionReview allowing the pod with a
+// JSONPatch.
+func checkAnswer(client *http.Client, url string, body []byte) error {
+	resp, err := client.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
 		return err
 	}
-	if review.Response == nil || !review.Response.Allowed || len(review.Response.Patch) == 0 {
-		return fmt.Errorf("answer without a patch: %s", b)
+	defer resp.Body.Close()
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(resp.Body).Decode(&review); err != nil {
+		return fmt.Errorf("decoding the answer: %w", err)
+	}
+	r := review.Response
+	if resp.StatusCode != http.StatusOK || r == nil || !r.Allowed || r.PatchType == nil || *r.PatchType != admissionv1.PatchTypeJSONPatch || len(r.Patch) == 0 {
+		return fmt.Errorf("answer %s: %+v, want an allowed pod with a JSONPatch", resp.Status, r)
 	}
 	return nil
 }

@@ -151,6 +151,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, uid, badRequest("decoding the pod in request.object: %v", err))
 		return
 	}
+	// managedFields are no business of the policy's, and the patch must not touch them: dropped before both.
+	pod.ManagedFields = nil
 	d := h.decide(Review{Namespace: req.Namespace, Operation: req.Operation, Pod: pod})
 	resp := &admissionv1.AdmissionResponse{UID: uid, Allowed: true}
 	switch d.Outcome {
@@ -227,17 +229,15 @@ var (
 )
 
 // diff is the JSONPatch from before to after, nil when they are the same. Both are marshalled from the typed
-// Pod, without managedFields (the patch never touches them, and they are the bulk of a pod's metadata): fields
-// this version of k8s.io/api does not know, which a newer API server may send, are in neither, so no operation
-// removes them.
+// Pod (without managedFields, which ServeHTTP drops first: the patch never touches them, and they are the bulk
+// of a pod's metadata), so fields this version of k8s.io/api does not know, which a newer API server may send,
+// are in neither, and no operation removes them.
 func diff(before, after *corev1.Pod) ([]byte, error) {
-	b, a := before.DeepCopy(), after.DeepCopy()
-	b.ManagedFields, a.ManagedFields = nil, nil
-	bj, err := json.Marshal(b)
+	bj, err := json.Marshal(before)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the pod: %w", err)
 	}
-	aj, err := json.Marshal(a)
+	aj, err := json.Marshal(after)
 	if err != nil {
 		return nil, fmt.Errorf("encoding the injected pod: %w", err)
 	}
