@@ -47,6 +47,7 @@ type Result struct {
 	LoadAvgBefore string  `json:"loadavg_before"` // the machine is shared: its load says how to read the figures
 	LoadAvgAfter  string  `json:"loadavg_after"`
 	Rate          int     `json:"rate_per_second"`
+	Protocol      string  `json:"protocol"`
 	Duration      string  `json:"duration"`
 	Requests      int     `json:"requests"`
 	Failed        int     `json:"failed"` // transport errors, non-200 answers, answers without a patch
@@ -70,8 +71,9 @@ func main() {
 	warmup := flag.Duration("warmup", 2*time.Second, "load at the same rate before measuring (connection, caches)")
 	template := flag.String("pod", "deploy/plain/envoy.yaml", "a Deployment whose pod template is sent")
 	out := flag.String("out", "", "write the result as JSON here too")
+	http1 := flag.Bool("http1", false, "HTTP/1.1 on several connections instead of HTTP/2 on one")
 	flag.Parse()
-	res, err := run(*manager, *template, *rate, *duration, *warmup)
+	res, err := run(*manager, *template, *rate, *duration, *warmup, *http1)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "webhookload:", err)
 		os.Exit(1)
@@ -89,7 +91,7 @@ func main() {
 	}
 }
 
-func run(manager, template string, rate int, duration, warmup time.Duration) (Result, error) {
+func run(manager, template string, rate int, duration, warmup time.Duration, http1 bool) (Result, error) {
 	body, err := reviewBody(template)
 	if err != nil {
 		return Result{}, err
@@ -145,7 +147,7 @@ func run(manager, template string, rate int, duration, warmup time.Duration) (Re
 	roots.AppendCertsFromPEM(ca.PEM)
 	// HTTP/2 over one TLS connection, as the API server's webhook client does.
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: true, MaxIdleConnsPerHost: 8}}
+		TLSClientConfig: &tls.Config{RootCAs: roots}, ForceAttemptHTTP2: !http1, MaxIdleConnsPerHost: 64}}
 	url := "https://" + listen + webhook.Path
 	pid := cmd.Process.Pid
 
@@ -153,7 +155,10 @@ func run(manager, template string, rate int, duration, warmup time.Duration) (Re
 		return Result{}, err
 	}
 	res := Result{Date: time.Now().UTC().Format(time.RFC3339), CPUs: runtime.NumCPU(), LoadAvgBefore: loadavg(),
-		Rate: rate, Duration: duration.String()}
+		Rate: rate, Duration: duration.String(), Protocol: "HTTP/2"}
+	if http1 {
+		res.Protocol = "HTTP/1.1"
+	}
 	if _, _, err := load(client, url, body, rate, warmup, nil); err != nil {
 		return res, fmt.Errorf("warm-up: %w", err)
 	}
