@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// FuzzServeHTTP: whatever the body, the handler answers an AdmissionReview v1 with a response, never panics
-// (a recovered panic is a 500: a failure here too), and every error answer names the problem and carries the
-// request's UID when the body held one in a review the handler could decode.
+// FuzzServeHTTP: whatever the body, the handler answers (an AdmissionReview v1, or a Status), never panics
+// (a recovered panic is a 500: a failure here too), and every error answer is a Status that names the problem
+// and carries the request's UID when the body held one in a review the handler could decode.
 func FuzzServeHTTP(f *testing.F) {
 	f.Add(review(f, envoyPod(), nil))
 	f.Add(review(f, appPod(), nil))
@@ -31,12 +31,8 @@ func FuzzServeHTTP(f *testing.F) {
 		req.Header.Set("Content-Type", "application/json")
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		var out admissionv1.AdmissionReview
-		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
-			t.Fatalf("answer %q is not an AdmissionReview with a response (%v)", rec.Body.String(), err)
-		}
 		if rec.Code == http.StatusInternalServerError {
-			t.Fatalf("internal error: %s", out.Response.Result.Message)
+			t.Fatalf("internal error: %s", rec.Body.String())
 		}
 		var in struct {
 			Request *struct {
@@ -44,17 +40,26 @@ func FuzzServeHTTP(f *testing.F) {
 			} `json:"request"`
 		}
 		decoded := json.Unmarshal(body, &in) == nil && json.Unmarshal(body, &admissionv1.AdmissionReview{}) == nil
-		if decoded && in.Request != nil && string(out.Response.UID) != in.Request.UID {
-			t.Errorf("answer's uid %q, want the request's %q", out.Response.UID, in.Request.UID)
+		uid := ""
+		if decoded && in.Request != nil {
+			uid = in.Request.UID
 		}
 		if rec.Code == http.StatusOK {
-			if !out.Response.Allowed {
-				t.Errorf("200 answer does not allow the pod")
+			var out admissionv1.AdmissionReview
+			if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil || out.Response == nil {
+				t.Fatalf("answer %q is not an AdmissionReview with a response (%v)", rec.Body.String(), err)
+			}
+			if !out.Response.Allowed || string(out.Response.UID) != uid {
+				t.Errorf("200 answer: allowed %v, uid %q; want allowed, the request's uid %q", out.Response.Allowed, out.Response.UID, uid)
 			}
 			return
 		}
-		if out.Response.Allowed || out.Response.Result == nil || out.Response.Result.Message == "" || out.Response.Result.Code != int32(rec.Code) {
-			t.Errorf("error answer %d without a message or code: %+v", rec.Code, out.Response)
+		var st metav1.Status
+		if err := json.Unmarshal(rec.Body.Bytes(), &st); err != nil || st.Kind != "Status" {
+			t.Fatalf("error answer %q is not a Status (%v)", rec.Body.String(), err)
+		}
+		if st.Message == "" || st.Code != int32(rec.Code) || st.Details == nil || string(st.Details.UID) != uid {
+			t.Errorf("error answer %d: %+v; want a message, the code, the request's uid %q", rec.Code, st, uid)
 		}
 	})
 }

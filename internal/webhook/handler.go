@@ -116,10 +116,10 @@ func badRequest(format string, args ...any) *requestError {
 	return &requestError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
-// ServeHTTP answers one AdmissionReview. Every answer is an AdmissionReview admission.k8s.io/v1 carrying the
-// request's UID when one was read: 200 with allowed true (and a JSONPatch when the pod was injected), or an
-// error status (400 bad review, 405 method, 413 too large, 415 content type, 500 internal) with allowed false
-// and a Status whose message names the problem.
+// ServeHTTP answers one AdmissionReview: 200 with an AdmissionReview admission.k8s.io/v1 whose response allows
+// the pod (with a JSONPatch when it was injected, with warnings when it could not be), or an error status (400
+// bad review, 405 method, 413 too large, 415 content type, 500 internal) with a metav1.Status whose message
+// names the problem and, when one was read, the request's UID (also in its details): see writeError.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	began := time.Now()
 	var uid types.UID
@@ -273,12 +273,47 @@ func podName(pod *corev1.Pod) string {
 	return pod.Name
 }
 
+// writeError answers a request the webhook cannot answer with a review: the error status and a metav1.Status
+// naming the problem, with the request's UID in its details and message. The API server reads a Status in an
+// error answer and quotes its message (`failed calling webhook "…": failed to call webhook: <message>`, in its
+// log and, with failurePolicy Fail, to the client); any other body it reports as "the server rejected our
+// request for an unknown reason" (both seen on the real 1.36 API server, test/kube).
 func writeError(w http.ResponseWriter, uid types.UID, e *requestError) {
-	writeReview(w, e.code, &admissionv1.AdmissionResponse{
-		UID:     uid,
-		Allowed: false,
-		Result:  &metav1.Status{Status: metav1.StatusFailure, Code: int32(e.code), Message: e.msg},
-	})
+	msg := e.msg
+	if uid != "" {
+		msg += " (request uid " + string(uid) + ")"
+	}
+	st := metav1.Status{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"},
+		Status:   metav1.StatusFailure,
+		Code:     int32(e.code),
+		Reason:   statusReason(e.code),
+		Message:  "shutdown-manager webhook: " + msg,
+		Details:  &metav1.StatusDetails{UID: uid},
+	}
+	body, err := json.Marshal(st)
+	if err != nil { // cannot happen for this type
+		http.Error(w, st.Message, e.code)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(e.code)
+	_, _ = w.Write(body)
+}
+
+func statusReason(code int) metav1.StatusReason {
+	switch code {
+	case http.StatusMethodNotAllowed:
+		return metav1.StatusReasonMethodNotAllowed
+	case http.StatusRequestEntityTooLarge:
+		return metav1.StatusReasonRequestEntityTooLarge
+	case http.StatusUnsupportedMediaType:
+		return metav1.StatusReasonUnsupportedMediaType
+	case http.StatusInternalServerError:
+		return metav1.StatusReasonInternalError
+	default:
+		return metav1.StatusReasonBadRequest
+	}
 }
 
 func writeReview(w http.ResponseWriter, code int, resp *admissionv1.AdmissionResponse) {

@@ -81,9 +81,11 @@ func (e *recordedEvents) NotInjected(_ context.Context, owner Owner, message str
 	e.msgs = append(e.msgs, message)
 }
 
+// served is an answer: a review (200) or a Status (an error).
 type served struct {
 	code   int
 	review admissionv1.AdmissionReview
+	status metav1.Status
 }
 
 func serve(t testing.TB, h http.Handler, method, contentType string, body []byte) served {
@@ -94,13 +96,24 @@ func serve(t testing.TB, h http.Handler, method, contentType string, body []byte
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
-	var out served
-	out.code = rec.Code
+	out := served{code: rec.Code}
+	if ct := rec.Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("answer's content type %q, want application/json", ct)
+	}
+	if rec.Code != http.StatusOK {
+		if err := json.Unmarshal(rec.Body.Bytes(), &out.status); err != nil || out.status.Kind != "Status" || out.status.APIVersion != "v1" {
+			t.Fatalf("error answer is not a v1 Status (%v): %q", err, rec.Body.String())
+		}
+		return out
+	}
 	if err := json.Unmarshal(rec.Body.Bytes(), &out.review); err != nil {
 		t.Fatalf("answer is not JSON: %v: %q", err, rec.Body.String())
 	}
 	if out.review.Response == nil {
 		t.Fatalf("answer without a response: %s", rec.Body.String())
+	}
+	if out.review.APIVersion != "admission.k8s.io/v1" || out.review.Kind != "AdmissionReview" {
+		t.Fatalf("answer is %s %s, want AdmissionReview admission.k8s.io/v1", out.review.Kind, out.review.APIVersion)
 	}
 	return out
 }
@@ -149,15 +162,16 @@ func TestServeHTTPErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			got := serve(t, newHandler(reg, nil), tt.method, tt.contentType, tt.body)
-			resp := got.review.Response
-			if got.code != tt.wantCode || resp.Allowed || resp.UID != tt.wantUID {
-				t.Errorf("code %d, allowed %v, uid %q; want %d, false, %q", got.code, resp.Allowed, resp.UID, tt.wantCode, tt.wantUID)
+			st := got.status
+			if got.code != tt.wantCode || st.Code != int32(tt.wantCode) || st.Status != metav1.StatusFailure {
+				t.Errorf("code %d, status %+v; want %d, Failure", got.code, st, tt.wantCode)
 			}
-			if resp.Result == nil || !strings.Contains(resp.Result.Message, tt.wantMsg) || resp.Result.Code != int32(tt.wantCode) {
-				t.Errorf("result = %+v, want code %d and a message containing %q", resp.Result, tt.wantCode, tt.wantMsg)
+			if !strings.Contains(st.Message, tt.wantMsg) {
+				t.Errorf("message %q, want it to contain %q", st.Message, tt.wantMsg)
 			}
-			if got.review.APIVersion != "admission.k8s.io/v1" || got.review.Kind != "AdmissionReview" {
-				t.Errorf("answer is %s %s, want AdmissionReview admission.k8s.io/v1", got.review.Kind, got.review.APIVersion)
+			if tt.wantUID != "" && (st.Details == nil || st.Details.UID != tt.wantUID || !strings.Contains(st.Message, "(request uid "+string(tt.wantUID)+")")) ||
+				tt.wantUID == "" && st.Details != nil && st.Details.UID != "" {
+				t.Errorf("status %+v, want the uid %q in its details and message", st, tt.wantUID)
 			}
 			if n := requests(t, reg, OutcomeError); n != 1 {
 				t.Errorf("requests{outcome=error} = %v, want 1", n)
@@ -191,9 +205,9 @@ func TestServeHTTPPanicIsAnErrorWithTheUID(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := New(Options{Decide: func(Review) Decision { panic("policy bug") }, Registerer: reg})
 	got := serve(t, h, http.MethodPost, "application/json", review(t, envoyPod(), nil))
-	resp := got.review.Response
-	if got.code != 500 || resp.UID != "0f1e2d3c-uid" || resp.Allowed || resp.Result == nil || !strings.Contains(resp.Result.Message, "policy bug") {
-		t.Errorf("code %d, response %+v; want 500, the uid, not allowed, a message naming the panic", got.code, resp)
+	st := got.status
+	if got.code != 500 || st.Details == nil || st.Details.UID != "0f1e2d3c-uid" || !strings.Contains(st.Message, "policy bug") {
+		t.Errorf("code %d, status %+v; want 500, the uid, a message naming the panic", got.code, st)
 	}
 	if n := requests(t, reg, OutcomeError); n != 1 {
 		t.Errorf("requests{outcome=error} = %v, want 1", n)

@@ -205,6 +205,26 @@ func TestWebhook(t *testing.T) {
 		}
 	})
 
+	t.Run("a review of another kind: the API server reports the webhook's error", func(t *testing.T) {
+		// A configuration wrongly sending ConfigMaps, with failurePolicy Fail so that the error reaches kubectl.
+		wrong := hook.object().(*admissionregistrationv1.MutatingWebhookConfiguration)
+		wrong.Name = "wrong-kind"
+		wrong.Webhooks = wrong.Webhooks[:1]
+		wrong.Webhooks[0].Name = "wrong-kind.shutdown-manager.io"
+		wrong.Webhooks[0].Rules[0].Resources = []string{"configmaps"}
+		wrong.Webhooks[0].FailurePolicy = new(admissionregistrationv1.Fail)
+		apply(t, api, wrong)
+		t.Cleanup(func() { api.Kubectl(t, "delete", "mutatingwebhookconfiguration", wrong.Name) })
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		out, err := api.Command(ctx, "create", "configmap", "sent-by-mistake", "-n", "opted").CombinedOutput()
+		want := "got kind ConfigMap v1, resource configmaps v1: only pods (v1 Pod) are mutated"
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("kubectl create configmap: %v: %s\nwant a failure quoting %q", err, out, want)
+		}
+		t.Logf("kubectl: %s", out)
+	})
+
 	t.Run("certificate rotated on disk: no failed admission", func(t *testing.T) {
 		// failurePolicy Fail for this test: a failed call would fail the kubectl create instead of hiding.
 		strict := hook
