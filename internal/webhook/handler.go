@@ -133,13 +133,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.metrics.observe(outcome, time.Since(began))
 	}()
 
-	review, err := readReview(r)
+	review, reqErr := readReview(r)
 	if review != nil && review.Request != nil {
 		uid = review.Request.UID
 	}
-	var reqErr *requestError
-	if err != nil {
-		errors.As(err, &reqErr)
+	if reqErr != nil {
 		h.log.Warn("bad admission request", "uid", uid, "status", reqErr.code, "err", reqErr.msg)
 		writeError(w, uid, reqErr)
 		return
@@ -182,8 +180,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // readReview checks the HTTP request and decodes and checks the review. The review is returned, when decoded,
-// even with an error, so that the error answer can carry its UID. The error is a *requestError.
-func readReview(r *http.Request) (*admissionv1.AdmissionReview, error) {
+// even with an error, so that the error answer can carry its UID.
+func readReview(r *http.Request) (*admissionv1.AdmissionReview, *requestError) {
 	if r.Method != http.MethodPost {
 		return nil, &requestError{http.StatusMethodNotAllowed, fmt.Sprintf("method %s: only POST is served at %s", r.Method, Path)}
 	}
