@@ -18,9 +18,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // webhookConfig is `webhook`'s validated configuration.
@@ -30,6 +32,7 @@ type webhookConfig struct {
 	healthListen   string
 	certFile       string
 	keyFile        string
+	kubeconfig     string // for Events on owners; "" = in-cluster
 	shutdownPeriod time.Duration
 }
 
@@ -50,10 +53,11 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	healthListen := fs.String("health-listen", ":8081", "where GET /healthz, /readyz and /metrics are served (plain HTTP): [IP]:PORT")
 	certFile := fs.String("tls-cert-file", "", "the serving certificate (PEM, chain after the leaf), read again when it changes (required)")
 	keyFile := fs.String("tls-key-file", "", "the serving certificate's private key (PEM), read again when it changes (required)")
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for recording Events on the owners of pods that opted in but could not be injected (default: the in-cluster config; without one, those Events are only logged)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	cfg := webhookConfig{certFile: *certFile, keyFile: *keyFile, shutdownPeriod: webhookShutdownPeriod}
+	cfg := webhookConfig{certFile: *certFile, keyFile: *keyFile, kubeconfig: *kubeconfig, shutdownPeriod: webhookShutdownPeriod}
 	if cfg.certFile == "" || cfg.keyFile == "" {
 		return usagef("give the serving certificate with --tls-cert-file and --tls-key-file")
 	}
@@ -100,10 +104,12 @@ func serveWebhook(ctx context.Context, cfg webhookConfig, log *slog.Logger) erro
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	icfg := cfg.inject
+	rec := events.New(events.Config{Kubeconfig: cfg.kubeconfig, Component: "webhook", Others: true,
+		Pod: os.Getenv(events.EnvPodName), Namespace: os.Getenv(events.EnvPodNamespace), UserAgent: "shutdown-manager/" + Version}, log)
+	defer rec.Close(events.CloseWait)
 	h := webhook.New(webhook.Options{
-		Decide: func(r webhook.Review) webhook.Decision { return webhook.Decide(r, icfg) },
-		// Events are only logged until internal/events (client-go) is merged: see the README.
-		Events:     webhook.LogEvents{Log: log},
+		Decide:     func(r webhook.Review) webhook.Decision { return webhook.Decide(r, icfg) },
+		Events:     ownerEvents{rec: rec, log: webhook.LogEvents{Log: log}},
 		Log:        log,
 		Registerer: reg,
 	})
@@ -154,4 +160,23 @@ func serveWebhook(ctx context.Context, cfg webhookConfig, log *slog.Logger) erro
 	}
 	log.Info("exiting")
 	return nil
+}
+
+// ownerEvents records the webhook's Events on pods' owners through the Events client (queued, never
+// blocking the admission), and logs each one as well: the log is the record when the API is out of reach.
+type ownerEvents struct {
+	rec *events.Client
+	log webhook.LogEvents
+}
+
+func (o ownerEvents) NotInjected(ctx context.Context, owner webhook.Owner, message string) {
+	o.log.NotInjected(ctx, owner, message)
+	o.rec.Record(events.Event{
+		Type:   corev1.EventTypeWarning,
+		Reason: webhook.ReasonNotInjected,
+		Note:   message,
+		Action: "Inject",
+		Regarding: &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace,
+			Name: owner.Name, UID: owner.UID},
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,9 @@ type Config struct {
 	Namespace  string // the Pod's namespace (EnvPodNamespace)
 	Component  string // which command reports ("serve", "drain", "run"): the Events' reportingInstance with the pod
 	UserAgent  string
+	// Others: every Event names the object it is about (Event.Regarding), as the webhook's do; Pod and
+	// Namespace then only name the reporter and may be empty.
+	Others bool
 }
 
 // sendFunc creates one Event in the API server.
@@ -101,13 +105,24 @@ func (c *Client) Record(e Event) {
 		return
 	}
 	now := time.Now()
+	about := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace}
+	if e.Regarding != nil {
+		about = *e.Regarding
+	} else if c.cfg.Others {
+		c.log.Debug("kubernetes event dropped: it names no object", "reason", e.Reason)
+		return
+	}
+	action := e.Action
+	if action == "" {
+		action = "Drain"
+	}
 	ev := eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: eventName(c.cfg.Pod, now), Namespace: c.cfg.Namespace},
+		ObjectMeta:          metav1.ObjectMeta{Name: eventName(about.Name, now), Namespace: about.Namespace},
 		EventTime:           metav1.NewMicroTime(now),
-		Regarding:           corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace},
+		Regarding:           about,
 		ReportingController: Controller,
 		ReportingInstance:   instance(c.cfg),
-		Action:              "Drain",
+		Action:              action,
 		Reason:              e.Reason,
 		Note:                e.Note,
 		Type:                e.Type,
@@ -214,7 +229,11 @@ func eventName(pod string, t time.Time) string {
 
 // instance is the reportingInstance: the command and the Pod ("drain@edge-6d9f…"), at most 128 bytes.
 func instance(cfg Config) string {
-	s := cfg.Component + "@" + cfg.Pod
+	pod := cfg.Pod
+	if pod == "" {
+		pod, _ = os.Hostname() // a pod's host name is its name
+	}
+	s := cfg.Component + "@" + pod
 	if len(s) > 128 {
 		s = s[:128]
 	}
@@ -226,10 +245,10 @@ func instance(cfg Config) string {
 // API group Kubernetes has, about 10 MB of binary for one POST.
 func apiSender(cfg Config) (sendFunc, error) {
 	var missing []string
-	if cfg.Pod == "" {
+	if cfg.Pod == "" && !cfg.Others { // the webhook's Events name their object; its Pod only names the reporter
 		missing = append(missing, EnvPodName)
 	}
-	if cfg.Namespace == "" {
+	if cfg.Namespace == "" && !cfg.Others {
 		missing = append(missing, EnvPodNamespace)
 	}
 	if len(missing) > 0 {

@@ -35,6 +35,10 @@ type Event struct {
 	Type   string // corev1.EventTypeNormal or corev1.EventTypeWarning
 	Reason string // one of the Reason constants
 	Note   string // for humans; at most MaxNote bytes
+	// Regarding, when set, is the object the Event is about (the webhook's: a pod's owner), recorded in its
+	// namespace; nil means the manager's own Pod.
+	Regarding *corev1.ObjectReference
+	Action    string // what was done or tried; "" means "Drain"
 }
 
 // MaxNote is the API server's limit on an Event's note (message).

@@ -51,7 +51,7 @@ func TestWebhook(t *testing.T) {
 		t.Fatal(err)
 	}
 	certs := newCertDir(t, ca)
-	wh := startWebhook(t, certs)
+	wh := startWebhook(t, certs, api.Kubeconfig)
 	hook := hookConfig{url: "https://" + wh.listen + webhook.Path, caBundle: ca.PEM, failurePolicy: admissionregistrationv1.Ignore}
 	apply(t, api, hook.object())
 
@@ -186,6 +186,21 @@ func TestWebhook(t *testing.T) {
 		if log := wh.logText(t); !strings.Contains(log, `"reason":"ShutdownManagerNotInjected","owner_kind":"ReplicaSet","owner_namespace":"plain","owner_name":"web-7f8"`) {
 			t.Errorf("the webhook's log (%s) has no Event for ReplicaSet plain/web-7f8", wh.logPath)
 		}
+		// And the Event itself, in the API server, on the owner (the Events client sends it off the admission's path).
+		var events string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
+			events = api.Kubectl(t, "get", "events.events.k8s.io", "-n", "plain", "-o",
+				`jsonpath={range .items[*]}{.reason} {.regarding.kind}/{.regarding.name} {.type}{"\n"}{end}`)
+			if strings.Contains(events, "ShutdownManagerNotInjected ReplicaSet/web-7f8 Warning") {
+				return
+			}
+			select {
+			case <-t.Context().Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		t.Errorf("no ShutdownManagerNotInjected Event on ReplicaSet plain/web-7f8 in the API server; events:\n%s", events)
 	})
 
 	t.Run("reinvocation: another webhook adds a container after ours", func(t *testing.T) {
@@ -351,7 +366,7 @@ type runningWebhook struct {
 
 // startWebhook runs the webhook command on ports of 127.0.0.1 it chooses, and waits for its "webhook serving"
 // log line, which says them. The cleanup stops it.
-func startWebhook(t *testing.T, certs *certDir) *runningWebhook {
+func startWebhook(t *testing.T, certs *certDir, kubeconfig string) *runningWebhook {
 	t.Helper()
 	w := &runningWebhook{logPath: filepath.Join(t.TempDir(), "webhook.log"), done: make(chan int, 1)}
 	logFile, err := os.Create(w.logPath)
@@ -364,7 +379,7 @@ func startWebhook(t *testing.T, certs *certDir) *runningWebhook {
 	w.cancel = cancel
 	go func() {
 		w.done <- cli.Run(ctx, []string{"webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
-			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--image", testImage, "--log-level", "debug"}, io.Discard, out)
+			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--kubeconfig", kubeconfig, "--image", testImage, "--log-level", "debug"}, io.Discard, out)
 	}()
 	t.Cleanup(func() {
 		w.stop(t)
@@ -603,6 +618,8 @@ func namespaceList(name string) any {
 	return map[string]any{"apiVersion": "v1", "kind": "List", "items": []any{
 		map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}},
 		map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default", "namespace": name}},
+		// deploy/plain's pods run as the ServiceAccount envoy (deploy/common/envoy-events-rbac.yaml).
+		map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "envoy", "namespace": name}},
 	}}
 }
 
