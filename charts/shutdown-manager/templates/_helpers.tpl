@@ -57,42 +57,42 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 */}}
 {{- define "shutdown-manager.injectArgs" -}}
 {{- $i := .Values.inject -}}
-- --image={{ $i.image | default (include "shutdown-manager.image" .) }}
+- {{ printf "--image=%v" ($i.image | default (include "shutdown-manager.image" .)) | quote }}
 {{- with $i.imagePullPolicy }}
-- --image-pull-policy={{ . }}
+- {{ printf "--image-pull-policy=%v" . | quote }}
 {{- end }}
-- --mode={{ $i.mode }}
-- --binary-from={{ $i.binaryFrom }}
-- --hook={{ $i.hook }}
-- --sidecar-kind={{ $i.sidecarKind }}
+- {{ printf "--mode=%v" $i.mode | quote }}
+- {{ printf "--binary-from=%v" $i.binaryFrom | quote }}
+- {{ printf "--hook=%v" $i.hook | quote }}
+- {{ printf "--sidecar-kind=%v" $i.sidecarKind | quote }}
 {{- with $i.envoyContainer }}
-- --envoy-container={{ . }}
+- {{ printf "--envoy-container=%v" . | quote }}
 {{- end }}
-- --envoy-command={{ join " " $i.envoyCommand }}
+- {{ printf "--envoy-command=%v" (join " " $i.envoyCommand) | quote }}
 {{- with $i.adminAddress }}
-- --admin-address={{ . }}
+- {{ printf "--admin-address=%v" . | quote }}
 {{- end }}
-- --port={{ $i.port }}
-- --metrics-port={{ $i.metricsPort }}
+- {{ printf "--port=%v" (int64 $i.port) | quote }}
+- {{ printf "--metrics-port=%v" (int64 $i.metricsPort) | quote }}
 {{- if $i.replaceHooks }}
 - --replace-hooks
 {{- end }}
 {{- with $i.drainDelay }}
-- --drain-delay={{ . }}
+- {{ printf "--drain-delay=%v" . | quote }}
 {{- end }}
 {{- with $i.minDrainDuration }}
-- --min-drain-duration={{ . }}
+- {{ printf "--min-drain-duration=%v" . | quote }}
 {{- end }}
 {{- with $i.drainTimeout }}
-- --drain-timeout={{ . }}
+- {{ printf "--drain-timeout=%v" . | quote }}
 {{- end }}
-{{- if ne $i.minOpenConnections nil }}
-- --min-open-connections={{ $i.minOpenConnections }}
+{{- if not (kindIs "invalid" $i.minOpenConnections) }}
+- {{ printf "--min-open-connections=%v" (int64 $i.minOpenConnections) | quote }}
 {{- end }}
 {{- with $i.count }}
-- --count={{ . }}
+- {{ printf "--count=%v" . | quote }}
 {{- end }}
 {{- range $i.listenerExclude }}
-- --listener-exclude={{ . }}
+- {{ printf "--listener-exclude=%v" . | quote }}
 {{- end }}
 {{- end -}}
