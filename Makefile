@@ -64,10 +64,10 @@ unit:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-# Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml (a test
+# Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml, deploy/policy/policy.yaml (a test
 # checks they are up to date), and the golden files of internal/inject.
 deploy:
-	$(GO) test ./internal/cli -run TestDeployExamples -update
+	$(GO) test ./internal/cli -run 'TestDeployExamples|TestDeployPolicy' -update
 	$(GO) test ./internal/inject -run TestInjectGolden -update
 
 clean:
