@@ -127,7 +127,12 @@ type valueSet struct {
 	// generated says the output holds a certificate the chart generates at each render, which the golden file
 	// replaces with a placeholder (see normalize).
 	generated bool
+	// setFiles are --set-file arguments (key=path).
+	setFiles []string
 }
+
+// policyManifest is what `shutdown-manager policy` writes for the default settings (make deploy keeps it current).
+const policyManifest = repoRoot + "/deploy/policy/policy.yaml"
 
 var valueSets = []valueSet{
 	{name: "default", release: "shutdown-manager", generated: true},
@@ -135,13 +140,22 @@ var valueSets = []valueSet{
 	{name: "cert-manager", release: "shutdown-manager"},
 	{name: "cert-manager-issuer", release: "shutdown-manager"},
 	{name: "custom", release: "edge", generated: true},
+	{name: "policy", release: "shutdown-manager", setFiles: []string{"policy.manifest=" + policyManifest}},
 }
 
 // templateArgs are the arguments of `helm template` for vs.
 func (vs valueSet) templateArgs() []string {
-	args := []string{"template", vs.release, chartDir, "--namespace", namespace}
+	return append([]string{"template", vs.release, chartDir, "--namespace", namespace}, vs.valueArgs()...)
+}
+
+// valueArgs are the flags that give vs's values to a helm command.
+func (vs valueSet) valueArgs() []string {
+	var args []string
 	if vs.name != "default" {
 		args = append(args, "--values", filepath.Join("testdata", "values", vs.name+".yaml"))
+	}
+	for _, f := range vs.setFiles {
+		args = append(args, "--set-file", f)
 	}
 	return args
 }
@@ -159,11 +173,7 @@ func TestLint(t *testing.T) {
 	h := newHelm(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			args := []string{"lint", "--strict", chartDir, "--namespace", namespace}
-			if vs.name != "default" {
-				args = append(args, "--values", filepath.Join("testdata", "values", vs.name+".yaml"))
-			}
-			out := h.must(t, args...)
+			out := h.must(t, append([]string{"lint", "--strict", chartDir, "--namespace", namespace}, vs.valueArgs()...)...)
 			if !strings.Contains(out, "0 chart(s) failed") {
 				t.Errorf("helm lint said:\n%s\nwant 0 chart(s) failed", out)
 			}
@@ -207,7 +217,6 @@ func TestGoldenFilesHaveValueSets(t *testing.T) {
 	for _, vs := range valueSets {
 		known[vs.name] = true
 	}
-	known["policy"] = true // TestPolicyModeNotYet
 	for _, dir := range []string{"testdata/golden", "testdata/values"} {
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -221,17 +230,32 @@ func TestGoldenFilesHaveValueSets(t *testing.T) {
 	}
 }
 
-// TestPolicyModeNotYet: mode policy is refused with a message that says it is not available yet, rather than
-// rendering something that pretends to inject. (The MutatingAdmissionPolicy comes from `shutdown-manager policy`,
-// which this chart does not ship yet.)
-func TestPolicyModeNotYet(t *testing.T) {
+// TestPolicyModeNeedsManifest: mode policy installs the output of `shutdown-manager policy` and nothing else: without
+// it, or with something else, the chart refuses to render rather than install a policy that does not inject.
+func TestPolicyModeNeedsManifest(t *testing.T) {
 	h := newHelm(t)
-	out, err := h.run("template", "shutdown-manager", chartDir, "--namespace", namespace, "--values", "testdata/values/policy.yaml")
-	if err == nil {
-		t.Fatalf("helm template with mode policy succeeded, want a refusal; it rendered:\n%s", out)
+	notPolicy := filepath.Join(t.TempDir(), "not-policy.yaml")
+	if err := os.WriteFile(notPolicy, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
-	if !strings.Contains(err.Error(), "mode policy is not yet available") {
-		t.Errorf("helm template with mode policy: %v\nwant an error saying mode policy is not yet available", err)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no manifest", nil, "mode policy needs policy.manifest"},
+		{"not a policy", []string{"--set-file", "policy.manifest=" + notPolicy}, "holds no MutatingAdmissionPolicy"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"template", "shutdown-manager", chartDir, "--namespace", namespace, "--set", "mode=policy"}, tc.args...)
+			out, err := h.run(args...)
+			if err == nil {
+				t.Fatalf("helm template succeeded, want a refusal; it rendered:\n%s", firstLines(out, 10))
+			}
+			if !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("helm template: %v\nwant an error saying %q", err, tc.want)
+			}
+		})
 	}
 }
 

@@ -46,8 +46,12 @@ func TestDryRunServer(t *testing.T) {
 			}
 			api.CreateNamespacesOf(t, file)
 			out := api.ApplyDryRun(t, file)
-			if !strings.Contains(out, "mutatingwebhookconfiguration.admissionregistration.k8s.io/") {
-				t.Errorf("the dry run did not create the MutatingWebhookConfiguration; kubectl said:\n%s", out)
+			want := "mutatingwebhookconfiguration.admissionregistration.k8s.io/"
+			if vs.name == "policy" {
+				want = "mutatingadmissionpolicy.admissionregistration.k8s.io/"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("the dry run did not create a %s; kubectl said:\n%s", want, out)
 			}
 			if skipped > 0 {
 				t.Logf("%d cert-manager.io objects not sent (no cert-manager CRDs in the test API server)", skipped)
@@ -156,6 +160,25 @@ func TestInstallExistingSecret(t *testing.T) {
 	}
 	if got := api.Kubectl(t, "get", "deployment", "pki-shutdown-manager", "--namespace", ns, "-o", "jsonpath={.spec.template.spec.volumes[0].secret.secretName}"); got != "webhook-serving" {
 		t.Errorf("the Deployment mounts Secret %q, want webhook-serving", got)
+	}
+}
+
+// TestInstallPolicy installs mode policy for real: the policy and its bindings are stored, and no webhook object is.
+func TestInstallPolicy(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	h.must(t, "install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+		"--kubeconfig", api.Kubeconfig, "--set", "mode=policy", "--set-file", "policy.manifest="+policyManifest)
+	if got := api.Kubectl(t, "get", "mutatingadmissionpolicy", "-o", "name"); strings.TrimSpace(got) != "mutatingadmissionpolicy.admissionregistration.k8s.io/shutdown-manager-inject" {
+		t.Errorf("policies = %q, want shutdown-manager-inject", got)
+	}
+	if got := strings.Fields(api.Kubectl(t, "get", "mutatingadmissionpolicybinding", "-o", "name")); len(got) == 0 {
+		t.Error("no MutatingAdmissionPolicyBinding stored")
+	}
+	for _, kind := range []string{"mutatingwebhookconfiguration", "deployment", "secret"} {
+		if got := strings.TrimSpace(api.Kubectl(t, "get", kind, "--all-namespaces", "-l", "app.kubernetes.io/instance=shutdown-manager", "-o", "name")); got != "" {
+			t.Errorf("mode policy installed %s", got)
+		}
 	}
 }
 
