@@ -189,6 +189,9 @@ func TestWebhookObjects(t *testing.T) {
 		c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
 		t.Errorf("probes = %+v, %+v; want /healthz and /readyz", c.LivenessProbe, c.ReadinessProbe)
 	}
+	if l := c.Lifecycle; l == nil || l.PreStop == nil || l.PreStop.Sleep == nil || l.PreStop.Sleep.Seconds != 5 {
+		t.Errorf("webhook lifecycle = %+v, want a preStop sleep of 5 s (the API server stops calling a terminating replica first)", l)
+	}
 	if a := d.Spec.Template.Spec.Affinity; a == nil || a.PodAntiAffinity == nil {
 		t.Error("no pod anti-affinity: both replicas could land on one node")
 	}
