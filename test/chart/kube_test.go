@@ -92,23 +92,25 @@ func TestInstall(t *testing.T) {
 		t.Errorf("timeoutSeconds after the upgrade = %q, want 4 4 (the upgrade applied)", got)
 	}
 
+	const webhookSA, envoySA = "system:serviceaccount:shutdown-manager:shutdown-manager", "system:serviceaccount:edge:envoy"
 	for _, tc := range []struct {
 		as, namespace, verb, resource, want string
 	}{
-		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "create", "events", "yes"},
-		{"system:serviceaccount:shutdown-manager:shutdown-manager", "default", "patch", "events.events.k8s.io", "yes"},
-		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "get", "pods", "no"},
-		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "delete", "events", "no"},
-		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "get", "events", "no"},
-		{"system:serviceaccount:shutdown-manager:shutdown-manager", "shutdown-manager", "get", "secrets", "no"},
-		{"system:serviceaccount:edge:default", "edge", "create", "events", "yes"},
-		{"system:serviceaccount:edge:default", "edge", "patch", "events", "yes"},
-		{"system:serviceaccount:edge:default", "edge", "list", "events", "no"},
-		{"system:serviceaccount:edge:default", "edge", "get", "events", "no"},
-		{"system:serviceaccount:edge:default", "edge", "delete", "events", "no"},
-		{"system:serviceaccount:edge:default", "edge", "get", "pods", "no"},
-		{"system:serviceaccount:edge:default", "default", "create", "events", "no"},
-		{"system:serviceaccount:edge:other", "edge", "create", "events", "no"},
+		{webhookSA, "edge", "create", "events.events.k8s.io", "yes"},
+		{webhookSA, "default", "patch", "events.events.k8s.io", "yes"},
+		{webhookSA, "edge", "create", "events", "no"}, // core/v1: the manager writes events.k8s.io/v1 only
+		{webhookSA, "edge", "get", "pods", "no"},
+		{webhookSA, "edge", "delete", "events.events.k8s.io", "no"},
+		{webhookSA, "edge", "get", "events.events.k8s.io", "no"},
+		{webhookSA, "shutdown-manager", "get", "secrets", "no"},
+		{envoySA, "edge", "create", "events.events.k8s.io", "yes"},
+		{envoySA, "edge", "patch", "events.events.k8s.io", "yes"},
+		{envoySA, "edge", "list", "events.events.k8s.io", "no"},
+		{envoySA, "edge", "get", "events.events.k8s.io", "no"},
+		{envoySA, "edge", "delete", "events.events.k8s.io", "no"},
+		{envoySA, "edge", "get", "pods", "no"},
+		{envoySA, "default", "create", "events.events.k8s.io", "no"},
+		{"system:serviceaccount:edge:default", "edge", "create", "events.events.k8s.io", "no"},
 	} {
 		out, _ := api.Command(t.Context(), "auth", "can-i", tc.verb, tc.resource, "--namespace", tc.namespace, "--as", tc.as).Output()
 		if got := strings.TrimSpace(string(out)); got != tc.want {

@@ -198,7 +198,7 @@ func TestWebhookObjects(t *testing.T) {
 
 	var role rbacv1.ClusterRole
 	only(t, objs, "ClusterRole", &role)
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
 	if fmt.Sprint(role.Rules) != fmt.Sprint(wantRules) {
 		t.Errorf("ClusterRole rules = %+v, want %+v (events, nothing else)", role.Rules, wantRules)
 	}
