@@ -40,7 +40,7 @@ const (
 )
 
 // helm runs the pinned Helm with a configuration, cache and data directory of its own (nothing read from or written
-// to the user's), against the API server of kubeconfig when it is not empty.
+// to the user's); commands that talk to an API server are given its --kubeconfig.
 type helm struct {
 	bin  string
 	home string
