@@ -498,6 +498,19 @@ func TestAgentMetricsListen(t *testing.T) {
 		e, _ := agent(t, bin, "--listen", sock, "--metrics-listen", msock)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// Envoy being ready says nothing of the manager's sockets: wait until both exist.
+		for _, path := range []string{filepath.Join(dir, "api.sock"), filepath.Join(dir, "metrics.sock")} {
+			for {
+				if _, err := os.Stat(path); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					t.Fatalf("%s not created within a minute", path)
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+		}
 		if code, _, err := newAPI(sock).get(ctx, "/metrics"); err != nil || code != http.StatusNotFound {
 			t.Errorf("API /metrics = %d %v, want 404", code, err)
 		}
