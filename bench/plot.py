@@ -258,7 +258,9 @@ def main(out):
         md.append("")
 
     # ---- 4. poll cost ----
-    pc = res.get("pollcost") or []
+    pc_all = res.get("pollcost") or []
+    pc = [r for r in pc_all if not r.get("error")]
+    unanswered = [r for r in pc_all if r.get("error")]
     if pc:
         by = defaultdict(list)
         for r in pc:
@@ -285,6 +287,11 @@ def main(out):
         md.append(table(["clusters", "listeners", "query", "bytes per poll", "ms per poll, median (spread)",
                          "Envoy CPU ms per poll (mean)", "stats parsed", "polls", "Envoy start s", "Envoy RSS MB"], rows))
         md.append("")
+        for r in unanswered:
+            md.append(f"- No answer: {r['query']} at {r['clusters']:,} clusters and {r['listeners']} listeners, after "
+                      f"{r['ms'] / 1000:.1f} s (the bench's admin client gave up: {r['error']}).")
+        if unanswered:
+            md.append("")
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
         for q, mk in (("ours", "o"), ("contour", "D"), ("envoygateway", "s"), ("marin3r", "^")):
             for li, ls in ((10, "-"), (500, "--")):
@@ -467,7 +474,7 @@ def headlines(res, label, cap):
     if idle:
         h.append(f"Idle, {label['serve']} releases {fmt((max(idle) - 5) * 1000, 0)} ms at most after the 5 s minimum "
                  f"({len(idle)} runs).")
-    pc = res.get("pollcost") or []
+    pc = [r for r in res.get("pollcost") or [] if not r.get("error")]
     if pc:
         def at(q, cl, li):
             rs = [r for r in pc if r["query"] == q and r["clusters"] == cl and r["listeners"] == li]
