@@ -79,14 +79,19 @@ func TestHungAdminIsNotEnvoyGone(t *testing.T) {
 }
 
 // Envoy (re)starting while the drain is being refused is not mistaken for gone: once its admin API
-// answers, the drain goes on and ends drained.
+// answers, the drain goes on and ends drained. The drain dials a symlink that appears only once Envoy is
+// ready, so Envoy shows up to it mid-window as a restarted one does (and the test bed's own readiness check
+// is not raced by the drain).
 func TestEnvoyStartingDuringTheGoneWindow(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		dir := shortTempDir(t)
-		p := start(t, append([]string{"drain", "--admin-address", "unix://" + filepath.Join(dir, "admin.sock"),
-			"--envoy-gone-after", "60s"}, fast()...)...)
+		link := filepath.Join(dir, "later.sock")
+		p := start(t, append([]string{"drain", "--admin-address", "unix://" + link, "--envoy-gone-after", "60s"}, fast()...)...)
 		p.waitLog(t, "failing envoy health checks failed; retrying", 10*time.Second)
 		e := startEnvoy(t, bin, testbed.Options{AdminUnix: true, Dir: dir})
+		if err := os.Symlink(filepath.Join(dir, "admin.sock"), link); err != nil {
+			t.Fatal(err)
+		}
 		f := p.finished(t, 30*time.Second)
 		if f.Outcome != "drained" {
 			t.Errorf("outcome %q (%s), want drained", f.Outcome, f.Reason)
