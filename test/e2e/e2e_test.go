@@ -1,0 +1,358 @@
+//go:build e2e && linux
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// interrupted ends on SIGINT or SIGTERM: every wait of the test selects on it, so an interrupted run fails its
+// test at once and the teardown (the test's cleanups) runs before the process exits.
+var interrupted context.Context
+
+func TestMain(m *testing.M) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	interrupted = ctx
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// A scenario deploys the Envoy Deployment of deploy/ (3 replicas) in a namespace of its own, runs the load through
+// its Service and ends Envoy pods while it runs.
+type scenario struct {
+	name   string
+	inject []string // shutdown-manager inject's flags; nil: no injection (the negative control)
+	action string   // "delete-pod" or "rollout"
+	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
+	control bool
+}
+
+var scenarios = []scenario{
+	{name: "hook-delete-pod", inject: []string{"--mode=hook"}, action: "delete-pod"},
+	{name: "control-delete-pod", inject: nil, action: "delete-pod", control: true},
+}
+
+// row is one scenario's line of the report.
+type row struct {
+	scenario       scenario
+	sent, failed   int64
+	errors         map[string]int64
+	p99            time.Duration
+	drain          []string // per ended pod: the manager's "drain finished" outcome and duration
+	gone           time.Duration
+	idle           testbed.PoolCounts
+	connectionShut int64
+	pass           bool
+	note           string
+}
+
+func TestE2E(t *testing.T) {
+	ctx := interrupted
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := StartCluster(ctx, t, root)
+	manager := filepath.Join(c.Dir, "shutdown-manager")
+	if out, err := exec.CommandContext(ctx, "go", "build", "-o", manager, "./cmd/shutdown-manager").CombinedOutput(); err != nil {
+		t.Fatalf("building shutdown-manager: %v: %s", err, out)
+	}
+	up, err := upstreamManifests(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(ctx, t, c, "create", "namespace", UpstreamNamespace)
+	applyText(ctx, t, c, UpstreamNamespace, up)
+	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "rollout", "status", "deployment/echo", "--timeout=180s")
+
+	var rows []row
+	for _, s := range scenarios {
+		ok := t.Run(s.name, func(t *testing.T) {
+			r := runScenario(ctx, t, c, root, manager, s)
+			rows = append(rows, r)
+		})
+		if !ok && ctx.Err() != nil {
+			break
+		}
+	}
+	if p := os.Getenv("E2E_REPORT"); p != "" {
+		if err := writeReport(p, c, rows); err != nil {
+			t.Errorf("writing the report: %v", err)
+		}
+	}
+}
+
+func mustKubectl(ctx context.Context, t *testing.T, c *Cluster, args ...string) string {
+	t.Helper()
+	out, err := c.kubectl(ctx, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+func applyText(ctx context.Context, t *testing.T, c *Cluster, ns, text string) {
+	t.Helper()
+	cmd := c.API.Command(ctx, "-n", ns, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply in %s: %v\n%s", ns, err, out)
+	}
+}
+
+// envoyPods returns the names of the Envoy pods of ns that are not being deleted, oldest first.
+func envoyPods(ctx context.Context, t *testing.T, c *Cluster, ns string) []string {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "--sort-by=.metadata.creationTimestamp",
+		"-o", `go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}{{"\n"}}{{end}}{{end}}`)
+	return strings.Fields(out)
+}
+
+// loads is the traffic of one scenario, from the host to the Envoy Service's ClusterIP.
+type loads struct {
+	keepAlive, http2, long *testbed.Load
+	idle                   *testbed.Pool
+}
+
+// LongRequest is longer than the minimum drain duration (inject's default, 5 s): the drain must wait for it.
+const LongRequest = 8 * time.Second
+
+func startLoads(ctx context.Context, t *testing.T, addr string) *loads {
+	t.Helper()
+	idle, err := testbed.IdlePool(ctx, addr, 4)
+	if err != nil {
+		t.Fatalf("opening the idle keep-alive pool: %v", err)
+	}
+	return &loads{
+		keepAlive: testbed.KeepAlive(ctx, addr, 6, 20*time.Millisecond, "/"),
+		http2:     testbed.HTTP2(ctx, addr, 4, "/"),
+		long:      testbed.KeepAlive(ctx, addr, 4, 0, "/sleep?d="+LongRequest.String()),
+		idle:      idle,
+	}
+}
+
+// finish lets the requests in flight end (no new ones) and sums the counts.
+func (l *loads) finish() (testbed.Result, []time.Duration) {
+	sum := testbed.Result{Errors: map[string]int64{}}
+	var lat []time.Duration
+	for _, g := range []*testbed.Load{l.keepAlive, l.http2, l.long} {
+		g.Drain()
+		r := g.Wait()
+		sum.Sent += r.Sent
+		sum.OK += r.OK
+		sum.Failed += r.Failed
+		sum.Canceled += r.Canceled
+		sum.ConnectionClose += r.ConnectionClose
+		for k, v := range r.Errors {
+			sum.Errors[k] += v
+		}
+		lat = append(lat, g.Latencies()...)
+	}
+	l.idle.Close()
+	return sum, lat
+}
+
+// waitOK polls GET / through addr until it answers 200: the Service has endpoints and kube-proxy rules.
+func waitOK(ctx context.Context, addr string) error {
+	return poll(ctx, 2*time.Minute, func() error {
+		l := testbed.KeepAlive(ctx, addr, 1, 0, "/")
+		time.AfterFunc(300*time.Millisecond, l.Drain)
+		if r := l.Wait(); r.OK == 0 {
+			return fmt.Errorf("no answer through %s: %s", addr, r)
+		}
+		return nil
+	})
+}
+
+// logFollower copies `kubectl logs -f` of a container into a buffer until the pod is gone.
+type logFollower struct {
+	mu   sync.Mutex
+	text strings.Builder
+	done chan struct{}
+}
+
+func followLogs(ctx context.Context, c *Cluster, ns, pod, container string) *logFollower {
+	f := &logFollower{done: make(chan struct{})}
+	cmd := c.API.Command(ctx, "-n", ns, "logs", "-f", pod, "-c", container)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		close(f.done)
+		return f
+	}
+	if err := cmd.Start(); err != nil {
+		close(f.done)
+		return f
+	}
+	go func() {
+		defer close(f.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			f.mu.Lock()
+			f.text.WriteString(sc.Text() + "\n")
+			f.mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	return f
+}
+
+// drainResults returns "outcome duration" of every "drain finished" line of the manager's JSON log.
+func (f *logFollower) drainResults() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var res []string
+	for _, line := range strings.Split(f.text.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "drain finished" {
+			continue
+		}
+		res = append(res, fmt.Sprintf("%v in %v", m["outcome"], m["duration"]))
+	}
+	return res
+}
+
+// managerContainer is the container whose stdout carries the manager's log in each mode.
+func managerContainer(s scenario) string {
+	for _, a := range s.inject {
+		if a == "--mode=sidecar" {
+			return "shutdown-manager"
+		}
+	}
+	return "envoy"
+}
+
+func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager string, s scenario) row {
+	r := row{scenario: s}
+	ns := "e2e-" + s.name
+	text, err := envoyManifests(ctx, root, manager, s.inject)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = c.kubectl(cctx, "delete", "namespace", ns, "--wait=false")
+	})
+	applyText(ctx, t, c, ns, text)
+	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
+	addr := ip + ":80"
+	if err := waitOK(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+
+	l := startLoads(ctx, t, addr)
+	var victims []string
+	pods := envoyPods(ctx, t, c, ns)
+	switch s.action {
+	case "delete-pod":
+		victims = pods[:1]
+	case "rollout":
+		victims = pods
+	}
+	logs := map[string]*logFollower{}
+	for _, p := range victims {
+		logs[p] = followLogs(ctx, c, ns, p, managerContainer(s))
+	}
+	// Load for a while before anything ends, so that every kind of connection is established on every pod.
+	if !wait(ctx, 3*time.Second) {
+		t.Fatal("interrupted")
+	}
+	began := time.Now()
+	switch s.action {
+	case "delete-pod":
+		mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", victims[0], "--wait=false")
+	case "rollout":
+		mustKubectl(ctx, t, c, "-n", ns, "rollout", "restart", "deployment/envoy")
+	}
+	for _, p := range victims {
+		// Not rollout status: it returns before the old pods have finished draining.
+		mustKubectl(ctx, t, c, "-n", ns, "wait", "--for=delete", "pod/"+p, "--timeout=600s")
+	}
+	r.gone = time.Since(began)
+	// Traffic goes on a little after the last old pod is gone: what it sent last is counted too.
+	if !wait(ctx, 2*time.Second) {
+		t.Fatal("interrupted")
+	}
+	sum, lat := l.finish()
+	r.sent, r.failed, r.errors, r.connectionShut = sum.Sent, sum.Failed, sum.Errors, sum.ConnectionClose
+	r.idle = l.idle.Counts()
+	r.p99 = percentile(lat, 0.99)
+	for _, p := range victims {
+		f := logs[p]
+		select {
+		case <-f.done:
+		case <-time.After(10 * time.Second):
+		}
+		res := f.drainResults()
+		if len(res) == 0 {
+			res = []string{"no drain logged"}
+		}
+		r.drain = append(r.drain, res...)
+	}
+	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s old pods gone in %s; drains: %v; idle pool: %s; conn-close responses: %d",
+		s.name, r.sent, r.failed, r.errors, r.p99, r.gone.Round(time.Millisecond), r.drain, r.idle, r.connectionShut)
+	switch {
+	case ctx.Err() != nil:
+		t.Fatal("interrupted")
+	case s.control && r.failed == 0:
+		t.Errorf("the negative control (no injection) lost no request: this test cannot tell a working drain from none")
+	case !s.control && r.failed > 0:
+		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// wait waits d unless ctx ends first (it then reports false). Load duration, not synchronisation.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s))*p+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func formatErrors(m map[string]int64) string {
+	if len(m) == 0 {
+		return "–"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
