@@ -39,14 +39,31 @@ func TestMain(m *testing.M) {
 type scenario struct {
 	name   string
 	inject []string // shutdown-manager inject's flags; nil: no injection (the negative control)
-	action string   // "delete-pod" or "rollout"
+	// action ends pods: "delete-pod" (the oldest), "rollout" (kubectl rollout restart: all three),
+	// "kill-sidecar" (the manager's container of one pod killed; nothing must drain), "tcp-deadline" (one replica
+	// holding a TCP connection that never closes is deleted: it must end at the drain deadline).
+	action string
 	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
 	control bool
 }
 
+// tcpDrainTimeout is the drain timeout of the tcp-deadline scenario: well under the grace period (45 s in
+// deploy/), so that a pod that ends at the drain deadline is told apart from one killed at the grace period.
+const tcpDrainTimeout = 15 * time.Second
+
 var scenarios = []scenario{
 	{name: "hook-delete-pod", inject: []string{"--mode=hook"}, action: "delete-pod"},
 	{name: "control-delete-pod", inject: nil, action: "delete-pod", control: true},
+	{name: "hook-image-volume-delete-pod", inject: []string{"--mode=hook", "--binary-from=image-volume"}, action: "delete-pod"},
+	{name: "sidecar-delete-pod", inject: []string{"--mode=sidecar"}, action: "delete-pod"},
+	{name: "agent-delete-pod", inject: []string{"--mode=agent"}, action: "delete-pod"},
+	{name: "agent-image-volume-delete-pod", inject: []string{"--mode=agent", "--binary-from=image-volume"}, action: "delete-pod"},
+	{name: "hook-rollout", inject: []string{"--mode=hook"}, action: "rollout"},
+	{name: "sidecar-rollout", inject: []string{"--mode=sidecar"}, action: "rollout"},
+	{name: "agent-rollout", inject: []string{"--mode=agent"}, action: "rollout"},
+	{name: "control-rollout", inject: nil, action: "rollout", control: true},
+	{name: "sidecar-kill-manager", inject: []string{"--mode=sidecar"}, action: "kill-sidecar"},
+	{name: "hook-tcp-deadline", inject: []string{"--mode=hook", "--drain-timeout=" + tcpDrainTimeout.String()}, action: "tcp-deadline"},
 }
 
 // row is one scenario's line of the report.
@@ -85,8 +102,9 @@ func TestE2E(t *testing.T) {
 	var rows []row
 	for _, s := range scenarios {
 		ok := t.Run(s.name, func(t *testing.T) {
-			r := runScenario(ctx, t, c, root, manager, s)
-			rows = append(rows, r)
+			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
+			defer func() { rows = append(rows, r) }() // a scenario that stopped early is in the report too
+			r = runScenario(ctx, t, c, root, manager, s)
 		})
 		if !ok && ctx.Err() != nil {
 			break
@@ -252,12 +270,22 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		defer cancel()
 		_, _ = c.kubectl(cctx, "delete", "namespace", ns, "--wait=false")
 	})
+	if s.action == "tcp-deadline" {
+		// One replica: the one TCP connection certainly goes to the pod that is deleted.
+		text = strings.Replace(text, "replicas: 3", "replicas: 1", 1)
+	}
 	applyText(ctx, t, c, ns, text)
 	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
 	addr := ip + ":80"
 	if err := waitOK(ctx, addr); err != nil {
 		t.Fatal(err)
+	}
+	switch s.action {
+	case "tcp-deadline":
+		return runTCPDeadline(ctx, t, c, ns, ip, r)
+	case "kill-sidecar":
+		return runKillSidecar(ctx, t, c, ns, addr, r)
 	}
 
 	l := startLoads(ctx, t, addr)
@@ -355,4 +383,116 @@ func formatErrors(m map[string]int64) string {
 		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// runTCPDeadline holds a TCP connection through Envoy's TCP proxy listener (Envoy never drains those) and deletes
+// the one pod: the drain must end at its deadline (outcome timeout, saying what was open) and the pod must be gone
+// before the grace period's SIGKILL would have come.
+func runTCPDeadline(ctx context.Context, t *testing.T, c *Cluster, ns, ip string, r row) row {
+	pods := envoyPods(ctx, t, c, ns)
+	if len(pods) != 1 {
+		t.Fatalf("want one Envoy pod, have %v", pods)
+	}
+	hold := testbed.TCPHold(ctx, ip+":9000", 10*time.Minute)
+	logs := followLogs(ctx, c, ns, pods[0], "envoy")
+	if !wait(ctx, 2*time.Second) {
+		t.Fatal("interrupted")
+	}
+	if res := hold.Snapshot(); res.OK == 0 || res.Failed > 0 {
+		t.Fatalf("the TCP connection through %s:9000 does not echo: %s", ip, res)
+	}
+	grace := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", pods[0], "-o", "jsonpath={.spec.terminationGracePeriodSeconds}"))
+	began := time.Now()
+	mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", pods[0], "--wait=false")
+	mustKubectl(ctx, t, c, "-n", ns, "wait", "--for=delete", "pod/"+pods[0], "--timeout=300s")
+	r.gone = time.Since(began)
+	hold.Stop()
+	res := hold.Wait()
+	r.sent, r.failed, r.errors = res.Sent, res.Failed, res.Errors
+	select {
+	case <-logs.done:
+	case <-time.After(10 * time.Second):
+	}
+	r.drain = logs.drainResults()
+	r.note = fmt.Sprintf("grace period %s s; the TCP connection ended when Envoy exited (%v)", grace, res.Errors)
+	t.Logf("%s: pod gone in %s (drain timeout %s, grace %s s); drains: %v; TCP: %s", r.scenario.name,
+		r.gone.Round(time.Millisecond), tcpDrainTimeout, grace, r.drain, res)
+	var graceSeconds int
+	fmt.Sscan(grace, &graceSeconds)
+	switch {
+	case len(r.drain) != 1 || !strings.HasPrefix(r.drain[0], "timeout"):
+		t.Errorf("want one drain that ended at its deadline (outcome timeout), the manager logged %v", r.drain)
+	case r.gone >= time.Duration(graceSeconds)*time.Second:
+		t.Errorf("the pod took %s to go, not less than its grace period (%d s): it was killed, not ended at the drain deadline", r.gone, graceSeconds)
+	case r.gone < tcpDrainTimeout:
+		t.Errorf("the pod went after %s, before the drain deadline (%s), with a connection open", r.gone, tcpDrainTimeout)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// runKillSidecar kills the manager's container of one pod (SIGKILL through containerd, as an OOM kill would):
+// kubelet restarts it, and Envoy must stay ready, start no drain and lose no request.
+func runKillSidecar(ctx context.Context, t *testing.T, c *Cluster, ns, addr string, r row) row {
+	l := startLoads(ctx, t, addr)
+	pod := envoyPods(ctx, t, c, ns)[0]
+	const sidecarID = `{range .status.initContainerStatuses[?(@.name=="shutdown-manager")]}{.containerID}{end}`
+	id := strings.TrimPrefix(strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+sidecarID)), "containerd://")
+	if id == "" {
+		t.Fatalf("pod %s has no running shutdown-manager sidecar", pod)
+	}
+	if !wait(ctx, 3*time.Second) {
+		t.Fatal("interrupted")
+	}
+	// Envoy's readiness, watched from before the kill until after the restart.
+	const envoyReady = `{range .status.containerStatuses[?(@.name=="envoy")]}{.ready}{end}`
+	const restarts = `{range .status.initContainerStatuses[?(@.name=="shutdown-manager")]}{.restartCount} {.started}{end}`
+	notReady := 0
+	began := time.Now()
+	if out, err := c.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		t.Fatalf("killing the sidecar: %v: %s", err, out)
+	}
+	err := poll(ctx, 2*time.Minute, func() error {
+		if v, _ := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+envoyReady); strings.TrimSpace(v) != "true" {
+			notReady++
+		}
+		v, err := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+restarts)
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(v); len(f) == 2 && f[0] != "0" && f[1] == "true" {
+			return nil
+		}
+		return fmt.Errorf("sidecar not restarted yet: %q", v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.gone = time.Since(began)
+	if !wait(ctx, 5*time.Second) {
+		t.Fatal("interrupted")
+	}
+	if v, _ := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+envoyReady); strings.TrimSpace(v) != "true" {
+		notReady++
+	}
+	sum, lat := l.finish()
+	r.sent, r.failed, r.errors, r.p99, r.idle = sum.Sent, sum.Failed, sum.Errors, percentile(lat, 0.99), l.idle.Counts()
+	logs := mustKubectl(ctx, t, c, "-n", ns, "logs", pod, "-c", "shutdown-manager")
+	prev, _ := c.kubectl(ctx, "-n", ns, "logs", pod, "-c", "shutdown-manager", "--previous")
+	drained := strings.Count(logs+prev, `"msg":"drain started"`)
+	r.drain = []string{fmt.Sprintf("%d drains started", drained)}
+	r.note = fmt.Sprintf("sidecar restarted after %s; Envoy seen not ready %d times", r.gone.Round(time.Millisecond), notReady)
+	t.Logf("%s: sent=%d failed=%d errors=%v; %s; %s", r.scenario.name, r.sent, r.failed, r.errors, r.drain[0], r.note)
+	switch {
+	case r.failed > 0:
+		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
+	case notReady > 0:
+		t.Errorf("Envoy was seen not ready %d times after its sidecar was killed", notReady)
+	case drained > 0:
+		t.Errorf("the sidecar's restart started %d drains", drained)
+	default:
+		r.pass = true
+	}
+	return r
 }

@@ -33,8 +33,8 @@ func writeReport(path string, c *Cluster, rows []row) error {
 		fmt.Fprintf(&b, "- %s: %s\n", l.k, l.v)
 	}
 	b.WriteString("\n## Scenarios\n\n")
-	b.WriteString("| scenario | injection | action | sent | failed | failed by kind | p99 | drain (manager's log) | old pods gone after | idle pool (fin/rst/other/open) | result |\n")
-	b.WriteString("|---|---|---|---:|---:|---|---:|---|---:|---|---|\n")
+	b.WriteString("| scenario | injection | action | sent | failed | failed by kind | p99 | drain (manager's log) | old pods gone after | idle pool (fin/rst/other/open) | result | note |\n")
+	b.WriteString("|---|---|---|---:|---:|---|---:|---|---:|---|---|---|\n")
 	for _, r := range rows {
 		inj := strings.Join(r.scenario.inject, " ")
 		if r.scenario.inject == nil {
@@ -44,9 +44,9 @@ func writeReport(path string, c *Cluster, rows []row) error {
 		if r.pass {
 			result = "pass"
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %d/%d/%d/%d | %s |\n",
+		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %d/%d/%d/%d | %s | %s |\n",
 			r.scenario.name, inj, r.scenario.action, r.sent, r.failed, formatErrors(r.errors), r.p99.Round(time.Millisecond),
-			strings.Join(r.drain, "; "), r.gone.Round(100*time.Millisecond), r.idle.FIN, r.idle.RST, r.idle.Other, r.idle.Open, result)
+			strings.Join(r.drain, "; "), r.gone.Round(100*time.Millisecond), r.idle.FIN, r.idle.RST, r.idle.Other, r.idle.Open, result, r.note)
 	}
 	b.WriteString("\nThe drain column comes from the manager's own log (its `drain finished` line): the pod Events\n")
 	b.WriteString("(DrainStarted/Drained) are not on main yet. \"Old pods gone after\" is from the delete (or the rollout's\n")
