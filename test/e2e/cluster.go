@@ -156,8 +156,15 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 		tb.Fatalf("starting kubelet and kube-proxy: %v", err)
 	}
 	tb.Cleanup(func() { c.diagnose(tb) })
-	if out, err := c.kubectl(ctx, "wait", "--for=condition=Ready", "node/"+NodeName, "--timeout=180s"); err != nil {
-		tb.Fatalf("the node is not Ready: %v\n%s\nkubelet log %s:\n%s", err, out, c.kubelet.logPath, c.kubelet.tail(30))
+	// Polled, not `kubectl wait`: that fails at once while the node is not registered yet.
+	if err := poll(ctx, 3*time.Minute, func() error {
+		out, err := c.kubectl(ctx, "get", "node", NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err == nil && strings.TrimSpace(out) != "True" {
+			err = fmt.Errorf("Ready is %q", out)
+		}
+		return err
+	}); err != nil {
+		tb.Fatalf("the node is not Ready: %v\nkubelet log %s:\n%s", err, c.kubelet.logPath, c.kubelet.tail(30))
 	}
 	tb.Logf("cluster up in %s (everything in %s, logs in %s)", time.Since(began).Round(time.Millisecond), dir, c.LogDir)
 	return c
@@ -366,9 +373,11 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 // ctr runs containerd's ctr against our containerd in the k8s.io namespace (the one kubelet's pods use).
 func (c *Cluster) ctr(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, filepath.Join(c.ctrdBin, "ctr"), append([]string{"--address", c.Socket, "-n", "k8s.io"}, args...)...)
-	out, err := cmd.CombinedOutput()
+	var stderr strings.Builder
+	cmd.Stderr = &stderr // where ctr warns that cgroup v1 is deprecated, on every run
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("ctr %s: %w", strings.Join(args, " "), err)
+		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out), nil
 }

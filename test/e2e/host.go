@@ -132,7 +132,7 @@ func (h *hostState) removeKubeChains() []error {
 			}
 			out, _ := exec.Command(ipt, "-w", "-t", table, "-S").Output()
 			for _, line := range strings.Split(string(out), "\n") {
-				f := strings.Fields(line)
+				f := splitRule(line)
 				if len(f) < 2 || f[0] != "-A" {
 					continue
 				}
@@ -291,4 +291,35 @@ func shimsOf(socket string) []int {
 		}
 	}
 	return pids
+}
+
+// splitRule splits a line of `iptables -S` into arguments: words, and double-quoted strings (comments) as one
+// argument without their quotes.
+func splitRule(line string) []string {
+	var args []string
+	var cur strings.Builder
+	in, have := false, false
+	for i := 0; i < len(line); i++ {
+		ch := line[i]
+		switch {
+		case ch == '\\' && in && i+1 < len(line):
+			i++
+			cur.WriteByte(line[i])
+		case ch == '"':
+			in, have = !in, true
+		case ch == ' ' && !in:
+			if have {
+				args = append(args, cur.String())
+				cur.Reset()
+				have = false
+			}
+		default:
+			cur.WriteByte(ch)
+			have = true
+		}
+	}
+	if have {
+		args = append(args, cur.String())
+	}
+	return args
 }
