@@ -151,8 +151,13 @@ type loads struct {
 	idle                   *testbed.Pool
 }
 
-// LongRequest is longer than the minimum drain duration (inject's default, 5 s): the drain must wait for it.
-const LongRequest = 8 * time.Second
+// LongRequest is longer than the minimum drain duration (inject's default, 5 s) plus the load's warm-up
+// (loadWarmUp): the long requests in flight when a drain starts end well after the minimum, so the drain must wait
+// for them (with 8 s, the first ones ended 8 - 3 = 5 s into the drain, and the drain never waited past its minimum).
+const LongRequest = 12 * time.Second
+
+// loadWarmUp is how long the load runs before a pod is ended: every kind of connection is open on every pod.
+const loadWarmUp = 3 * time.Second
 
 func startLoads(ctx context.Context, t *testing.T, addr string) *loads {
 	t.Helper()
@@ -306,8 +311,7 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	for _, p := range victims {
 		logs[p] = followLogs(ctx, c, ns, p, managerContainer(s))
 	}
-	// Load for a while before anything ends, so that every kind of connection is established on every pod.
-	if !wait(ctx, 3*time.Second) {
+	if !wait(ctx, loadWarmUp) {
 		t.Fatal("interrupted")
 	}
 	began := time.Now()
@@ -447,7 +451,7 @@ func runKillSidecar(ctx context.Context, t *testing.T, c *Cluster, ns, addr stri
 	if id == "" {
 		t.Fatalf("pod %s has no running shutdown-manager sidecar", pod)
 	}
-	if !wait(ctx, 3*time.Second) {
+	if !wait(ctx, loadWarmUp) {
 		t.Fatal("interrupted")
 	}
 	// Envoy's readiness, watched from before the kill until after the restart.
