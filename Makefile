@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push envoy kube demo bench test unit fuzz vet clean deploy e2e
+.PHONY: all build image image-push envoy kube demo bench bench-webhook test unit fuzz vet clean deploy e2e
 
 all: build
 
@@ -49,6 +49,12 @@ bench:
 # the Kubernetes binaries and containerd into the versioned cache. Writes test/e2e/results/REPORT.md.
 e2e:
 	./scripts/e2e.sh
+
+# The webhook at 500 admissions/s for 20 s, three runs, each with a fresh process (bench/webhookload): latency
+# percentiles as the API server would see them (TLS, HTTP/2), RSS and CPU per admission. Writes
+# bench/results/webhook.json. A benchmark, not a test: its figures depend on what else the machine runs.
+bench-webhook: build
+	$(GO) run ./bench/webhookload -manager bin/shutdown-manager -out bench/results/webhook.json
 
 # Everything CI runs: vet, unit and real-Envoy integration tests with -race (both pinned Envoy versions), the
 # manifests checked by a real kube-apiserver, fuzzing.

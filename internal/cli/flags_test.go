@@ -28,6 +28,11 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"drain", "--log-output", ""}, "--log-output"},
 		{[]string{"status", "--drain-timeout", "5s"}, "drain-timeout"}, // status takes only what changes the count
 		{[]string{"drain", "extra"}, "unexpected argument"},
+		{[]string{"webhook"}, "--tls-cert-file"},
+		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--listen", "unix:///x.sock"}, "--listen"},
+		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--health-listen", "8081"}, "--health-listen"},
+		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--mode", "daemon"}, "mode"},
+		{[]string{"inject", "--image", "x"}, "-f"},
 		{[]string{"nope"}, "unknown command"},
 	}
 	for _, tt := range tests {
@@ -41,7 +46,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 }
 
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}, {"inject", "-h"}, {"uninject", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}, {"inject", "-h"}, {"uninject", "-h"}, {"webhook", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
 			t.Errorf("%v: exit %d, stdout %d bytes; want 0 and help on stdout", args, code, stdout.Len())

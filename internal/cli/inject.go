@@ -16,9 +16,9 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
-// injectFlags are `inject`'s flags; each maps onto inject.Config, and is passed on only when set.
+// injectFlags are the injection settings, shared by `inject` and `webhook` (and `policy`); each maps onto
+// inject.Config, and is passed on only when set.
 type injectFlags struct {
-	file            string
 	image           string
 	pullPolicy      string
 	mode            string
@@ -40,7 +40,6 @@ type injectFlags struct {
 }
 
 func (f *injectFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.file, "f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
 	fs.StringVar(&f.image, "image", "shutdown-manager:"+Version, "the shutdown-manager image")
 	fs.StringVar(&f.pullPolicy, "image-pull-policy", "", "pull policy of the injected containers and image volume: Always, IfNotPresent, Never (default: Kubernetes' default)")
 	fs.StringVar(&f.mode, "mode", string(inject.DefaultMode), "hook (Envoy's preStop runs drain; nothing runs until then), sidecar (serve beside Envoy), agent (run wraps Envoy's command)")
@@ -63,9 +62,6 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 
 // config turns the flags that were set (fs says which) into an inject.Config.
 func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
-	if f.file == "" {
-		return inject.Config{}, usagef("give the manifests with -f FILE or -f -")
-	}
 	if f.port < 0 || f.port > 65535 || f.metricsPort < 0 || f.metricsPort > 65535 {
 		return inject.Config{}, usagef("--port and --metrics-port must be ports")
 	}
@@ -110,15 +106,19 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	var f injectFlags
+	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
 	f.register(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
+	}
+	if *file == "" {
+		return usagef("give the manifests with -f FILE or -f -")
 	}
 	cfg, err := f.config(fs)
 	if err != nil {
 		return err
 	}
-	in, err := readManifests(f.file)
+	in, err := readManifests(*file)
 	if err != nil {
 		return err
 	}

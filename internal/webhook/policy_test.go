@@ -1,0 +1,65 @@
+package webhook
+
+import (
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+)
+
+func TestDecide(t *testing.T) {
+	with := func(p *corev1.Pod, edit func(*corev1.Pod)) *corev1.Pod { edit(p); return p }
+	tests := []struct {
+		name       string
+		namespace  string
+		operation  admissionv1.Operation
+		pod        *corev1.Pod
+		want       Outcome
+		wantReason string
+	}{
+		{"envoy pod", "apps", admissionv1.Create, envoyPod(), OutcomeInjected, ""},
+		{"update", "apps", admissionv1.Update, envoyPod(), OutcomeSkipped, "operation UPDATE"},
+		{"kube-system", "kube-system", admissionv1.Create, envoyPod(), OutcomeSkipped, "kube-system"},
+		{"own pod", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[LabelName] = OwnName }), OutcomeSkipped, "own pod"},
+		{"opted out", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) {
+			p.Annotations = map[string]string{inject.AnnotationInject: "false"}
+		}), OutcomeSkipped, "opted out"},
+		{"no Envoy, namespace opt-in", "apps", admissionv1.Create, appPod(), OutcomeSkipped, "no Envoy container"},
+		{"no Envoy, pod label", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = LabelInjectEnabled }), OutcomeWarning, "no Envoy container"},
+		{"no Envoy, pod annotation", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) {
+			p.Annotations = map[string]string{inject.AnnotationInject: "true"}
+		}), OutcomeWarning, "no Envoy container"},
+		{"bad annotation", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) {
+			p.Annotations = map[string]string{inject.AnnotationMode: "sidecarr"}
+		}), OutcomeWarning, `annotation shutdown-manager.io/mode: "sidecarr"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := tt.pod.DeepCopy()
+			got := Decide(Review{Namespace: tt.namespace, Operation: tt.operation, Pod: tt.pod}, testConfig)
+			if got.Outcome != tt.want || !strings.Contains(got.Reason, tt.wantReason) {
+				t.Errorf("Decide = %s (%q), want %s (%q)", got.Outcome, got.Reason, tt.want, tt.wantReason)
+			}
+			if (got.Pod != nil) != (tt.want == OutcomeInjected) {
+				t.Errorf("Decide's pod = %v, want one only when injected", got.Pod)
+			}
+			if !equality.Semantic.DeepEqual(before, tt.pod) {
+				t.Errorf("Decide changed the pod it was given")
+			}
+			if got.Pod == nil {
+				return
+			}
+			want := before.DeepCopy()
+			if err := inject.Inject(&want.ObjectMeta, &want.Spec, testConfig); err != nil {
+				t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(got.Pod, want) {
+				t.Errorf("Decide's pod differs from inject.Inject's")
+			}
+		})
+	}
+}
