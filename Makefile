@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push envoy kube demo bench bench-webhook test unit fuzz vet clean deploy e2e
+.PHONY: all build image image-push envoy kube helm demo bench bench-webhook test unit fuzz vet clean deploy e2e
 
 all: build
 
@@ -33,6 +33,12 @@ envoy:
 kube:
 	./scripts/kube-binaries.sh >/dev/null
 
+# Helm, for the chart's tests (test/chart), built from the Go module proxy at the version tools/helm/go.mod pins,
+# into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/helm/<version>/bin. Nothing to do once built; cold, minutes
+# (the README has figures). HELM_BIN overrides in tests. `go tool -modfile=tools/helm/go.mod helm` runs the same.
+helm:
+	./scripts/helm-binary.sh >/dev/null
+
 # A real Envoy under load, terminated twice: plain SIGTERM, then through the shutdown manager.
 demo: envoy build
 	$(GO) run ./demo
@@ -57,8 +63,8 @@ bench-webhook: build
 	$(GO) run ./bench/webhookload -manager bin/shutdown-manager -out bench/results/webhook.json
 
 # Everything CI runs: vet, unit and real-Envoy integration tests with -race (both pinned Envoy versions), the
-# manifests checked by a real kube-apiserver, fuzzing.
-test: envoy kube vet unit fuzz
+# manifests and the Helm chart checked by a real kube-apiserver, fuzzing.
+test: envoy kube helm vet unit fuzz
 
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
@@ -72,10 +78,10 @@ unit:
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-# Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml (a test
+# Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml, deploy/policy/policy.yaml (a test
 # checks they are up to date), and the golden files of internal/inject.
 deploy:
-	$(GO) test ./internal/cli -run TestDeployExamples -update
+	$(GO) test ./internal/cli -run 'TestDeployExamples|TestDeployPolicy' -update
 	$(GO) test ./internal/inject -run TestInjectGolden -update
 
 clean:

@@ -35,6 +35,7 @@ func commands() []command {
 		{"resume", "make a drained Envoy live again (POST /healthcheck/ok), directly or through a serve API (--via)", runResume},
 		{"inject", "add the manager to the Envoy pods of Kubernetes manifests (-f FILE|-; YAML out)", runInject},
 		{"webhook", "serve the mutating admission webhook that injects opted-in pods (HTTPS POST /mutate-pods; TLS files reloaded)", runWebhook},
+		{"policy", "write a MutatingAdmissionPolicy and its binding that inject pods in the API server (Kubernetes >= 1.36; YAML out)", runPolicy},
 		{"uninject", "remove what inject added from Kubernetes manifests (-f FILE|-; YAML out)", runUninject},
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
 		{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)", runInstall},

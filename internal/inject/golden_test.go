@@ -91,6 +91,8 @@ var goldenCases = []struct {
 	{"existing-init-containers", nil},
 	{"sidecar-existing-init-containers", func(c *Config) { c.Mode = ModeSidecar }},
 	{"reinject-other-mode", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"env-user-set", nil},
+	{"env-user-set-agent", func(c *Config) { c.Mode = ModeAgent }},
 	// Workload kinds and streams.
 	{"kind-pod", nil},
 	{"kind-daemonset", nil},

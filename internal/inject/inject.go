@@ -51,6 +51,14 @@ const (
 	runAsUser = 65532
 )
 
+// Environment variables Inject sets, from the downward API, in every container that runs the manager:
+// Envoy's container in hook and agent modes and with the sidecar's exec hook (`drain --via` drains by itself
+// when the sidecar is gone), and the sidecar. The manager records its Kubernetes Events on the Pod they name.
+const (
+	EnvPodName      = "SHUTDOWN_MANAGER_POD_NAME"      // fieldRef metadata.name
+	EnvPodNamespace = "SHUTDOWN_MANAGER_POD_NAMESPACE" // fieldRef metadata.namespace
+)
+
 // ErrNoEnvoy is returned (wrapped, with the pod's containers) by Inject for a pod in which no container
 // is named envoy or runs Envoy's image, and none was named; the pod is left unchanged. Callers going
 // through many workloads pass such pods by.
@@ -73,6 +81,9 @@ type Status struct {
 	InitContainers []string    `json:"initContainers,omitempty"` // added, by name
 	Containers     []string    `json:"containers,omitempty"`     // added, by name
 	Volumes        []string    `json:"volumes,omitempty"`        // added, by name (and Envoy's mounts of them)
+	// Env: the variables added to Envoy's container, by name (EnvPodName, EnvPodNamespace; one the
+	// container already set is kept as it is and not listed).
+	Env []string `json:"env,omitempty"`
 	// Grace is set when terminationGracePeriodSeconds was raised.
 	Grace *GraceChange `json:"terminationGracePeriodSeconds,omitempty"`
 	// PreStop is the hook Envoy's container had before (ReplaceHooks).
@@ -202,6 +213,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		args := append([]string{BinaryPath, "drain", "--log-output=envoy"}, drainArgs...)
 		args = append(args, "--drain-timeout="+plan.timeout.String())
 		setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+		st.Env = addPodEnv(c)
 	case ModeSidecar:
 		if err := checkPorts(spec, set); err != nil {
 			return err
@@ -220,6 +232,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			args := append([]string{BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}, drainArgs...)
 			args = append(args, "--drain-timeout="+plan.timeout.String())
 			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+			st.Env = addPodEnv(c)
 		} else {
 			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
 		}
@@ -243,6 +256,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			wrapped = append(wrapped, "--drain-timeout="+plan.timeout.String())
 		}
 		c.Command = append(append(wrapped, "--"), command...)
+		st.Env = addPodEnv(c)
 	}
 
 	text, err := json.Marshal(st)
@@ -418,6 +432,7 @@ func sidecarContainer(set settings, drainArgs []string) corev1.Container {
 		Name:            SidecarContainer,
 		Image:           set.Image,
 		ImagePullPolicy: set.ImagePullPolicy,
+		Env:             podEnv(),
 		Resources:       resources(),
 		SecurityContext: securityContext(),
 	}
@@ -436,6 +451,32 @@ func sidecarContainer(set settings, drainArgs []string) corev1.Container {
 		FailureThreshold: 3,
 	}
 	return c
+}
+
+// podEnv: EnvPodName and EnvPodNamespace from the downward API.
+func podEnv() []corev1.EnvVar {
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
+	}
+	return []corev1.EnvVar{
+		{Name: EnvPodName, ValueFrom: field("metadata.name")},
+		{Name: EnvPodNamespace, ValueFrom: field("metadata.namespace")},
+	}
+}
+
+// addPodEnv appends podEnv to Envoy's container and returns the names it added. A variable the container
+// already sets is kept as it is: the user's value wins (it may name the Pod on purpose), and refusing the
+// pod would cost it its drain for the sake of Events. Uninject removes only the names returned here.
+func addPodEnv(c *corev1.Container) []string {
+	var added []string
+	for _, e := range podEnv() {
+		if slices.ContainsFunc(c.Env, func(have corev1.EnvVar) bool { return have.Name == e.Name }) {
+			continue
+		}
+		c.Env = append(c.Env, e)
+		added = append(added, e.Name)
+	}
+	return added
 }
 
 // shareUser runs the sidecar as Envoy's user and group when Envoy's container runs as a known non-root
@@ -507,6 +548,10 @@ func Uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return slices.Contains(st.Volumes, vm.Name) })
 		if len(c.VolumeMounts) == 0 {
 			c.VolumeMounts = nil
+		}
+		c.Env = slices.DeleteFunc(c.Env, func(e corev1.EnvVar) bool { return slices.Contains(st.Env, e.Name) })
+		if len(c.Env) == 0 {
+			c.Env = nil
 		}
 		if c.Lifecycle != nil && (ours(c.Lifecycle.PreStop) || c.Lifecycle.PreStop == nil) {
 			c.Lifecycle.PreStop = st.PreStop

@@ -1,0 +1,98 @@
+{{/*
+The name every object of the chart starts with: <release>-shutdown-manager, or the release name alone when it
+already says shutdown-manager; fullnameOverride replaces it. 63 characters at most (a DNS label).
+*/}}
+{{- define "shutdown-manager.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains "shutdown-manager" .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-shutdown-manager" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Labels of every object. app.kubernetes.io/name is always shutdown-manager (no nameOverride): the webhook's
+objectSelector excludes pods with that label, so the chart's own pods are never sent to the webhook.
+*/}}
+{{- define "shutdown-manager.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "shutdown-manager.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "shutdown-manager.selectorLabels" -}}
+app.kubernetes.io/name: shutdown-manager
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* The webhook image: repository@digest when a digest is set, else repository:tag (tag defaults to appVersion). */}}
+{{- define "shutdown-manager.image" -}}
+{{- if .Values.image.digest -}}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Service's DNS name, which the serving certificate must hold. */}}
+{{- define "shutdown-manager.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "shutdown-manager.fullname" .) .Release.Namespace -}}
+{{- end -}}
+
+{{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key, ca.crt). */}}
+{{- define "shutdown-manager.tlsSecretName" -}}
+{{- if eq .Values.certificates.source "secret" -}}
+{{- required "certificates.secretName is required when certificates.source is secret" .Values.certificates.secretName -}}
+{{- else -}}
+{{- printf "%s-tls" (include "shutdown-manager.fullname" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The injection settings as `shutdown-manager inject` flags, one YAML list item per flag. Settings left empty are
+not passed, so that inject's own defaults (and the drain's) apply, exactly as on the command line.
+*/}}
+{{- define "shutdown-manager.injectArgs" -}}
+{{- $i := .Values.inject -}}
+- {{ printf "--image=%v" ($i.image | default (include "shutdown-manager.image" .)) | quote }}
+{{- with $i.imagePullPolicy }}
+- {{ printf "--image-pull-policy=%v" . | quote }}
+{{- end }}
+- {{ printf "--mode=%v" $i.mode | quote }}
+- {{ printf "--binary-from=%v" $i.binaryFrom | quote }}
+- {{ printf "--hook=%v" $i.hook | quote }}
+- {{ printf "--sidecar-kind=%v" $i.sidecarKind | quote }}
+{{- with $i.envoyContainer }}
+- {{ printf "--envoy-container=%v" . | quote }}
+{{- end }}
+- {{ printf "--envoy-command=%v" (join " " $i.envoyCommand) | quote }}
+{{- with $i.adminAddress }}
+- {{ printf "--admin-address=%v" . | quote }}
+{{- end }}
+- {{ printf "--port=%v" (int64 $i.port) | quote }}
+- {{ printf "--metrics-port=%v" (int64 $i.metricsPort) | quote }}
+{{- if $i.replaceHooks }}
+- --replace-hooks
+{{- end }}
+{{- with $i.drainDelay }}
+- {{ printf "--drain-delay=%v" . | quote }}
+{{- end }}
+{{- with $i.minDrainDuration }}
+- {{ printf "--min-drain-duration=%v" . | quote }}
+{{- end }}
+{{- with $i.drainTimeout }}
+- {{ printf "--drain-timeout=%v" . | quote }}
+{{- end }}
+{{- if not (kindIs "invalid" $i.minOpenConnections) }}
+- {{ printf "--min-open-connections=%v" (int64 $i.minOpenConnections) | quote }}
+{{- end }}
+{{- with $i.count }}
+- {{ printf "--count=%v" . | quote }}
+{{- end }}
+{{- range $i.listenerExclude }}
+- {{ printf "--listener-exclude=%v" . | quote }}
+{{- end }}
+{{- end -}}

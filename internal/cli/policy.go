@@ -1,0 +1,34 @@
+package cli
+
+import (
+	"context"
+	"flag"
+	"io"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/policy"
+)
+
+// runPolicy is `policy [settings]`: writes the MutatingAdmissionPolicy and its binding (Kubernetes >= 1.36)
+// that make the API server inject pods as `inject` would with the same settings, as YAML for kubectl apply.
+func runPolicy(_ context.Context, args []string, stdout, _ io.Writer) error {
+	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
+	var f injectFlags
+	f.register(fs)
+	if err := parse(fs, args, stdout); err != nil {
+		return err
+	}
+	cfg, err := f.config(fs)
+	if err != nil {
+		return err
+	}
+	p, b, err := policy.Generate(cfg)
+	if err != nil {
+		return err
+	}
+	out, err := policy.YAML(p, b[0], b[1])
+	if err != nil {
+		return err
+	}
+	_, err = stdout.Write(out)
+	return err
+}

@@ -1,0 +1,507 @@
+package policy
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+)
+
+// goldenDir holds inject's golden inputs: the pods the policy is proven on.
+const goldenDir = "../inject/testdata"
+
+// goldenConfig is inject's golden Config (internal/inject/golden_test.go), and goldenSettings the changes
+// of the cases that have some, copied from there: each input is proven under the settings its golden
+// output was made with.
+func goldenConfig() inject.Config {
+	return inject.Config{Image: "ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", Version: "v1.0.0"}
+}
+
+func dur(s string) *time.Duration {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		panic(err)
+	}
+	return &d
+}
+
+var goldenSettings = map[string]func(*inject.Config){
+	"hook-image-volume":    func(c *inject.Config) { c.BinaryFrom = inject.BinaryImageVolume },
+	"sidecar":              func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"sidecar-image-volume": func(c *inject.Config) { c.Mode, c.BinaryFrom = inject.ModeSidecar, inject.BinaryImageVolume },
+	"sidecar-envoy-user":   func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"sidecar-http":         func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"sidecar-plain":        func(c *inject.Config) { c.Mode, c.SidecarKind = inject.ModeSidecar, inject.SidecarPlain },
+	"sidecar-plain-http": func(c *inject.Config) {
+		c.Mode, c.SidecarKind, c.Hook = inject.ModeSidecar, inject.SidecarPlain, inject.HookHTTP
+	},
+	"agent":              func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"agent-image-volume": func(c *inject.Config) { c.Mode, c.BinaryFrom = inject.ModeAgent, inject.BinaryImageVolume },
+	"agent-command":      func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"agent-no-command":   func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"image-pull-policy": func(c *inject.Config) {
+		c.ImagePullPolicy, c.BinaryFrom = corev1.PullNever, inject.BinaryImageVolume
+	},
+	"flags-drain": func(c *inject.Config) {
+		c.AdminAddress = "unix:///var/run/envoy/admin.sock"
+		c.Drain = inject.Drain{Delay: dur("2s"), MinDuration: dur("0s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
+	},
+	"grace-raised-for-timeout":         func(c *inject.Config) { c.Drain.Timeout = dur("60s") },
+	"grace-fits-timeout":               func(c *inject.Config) { c.Drain.Timeout = dur("20s") },
+	"agent-grace-short":                func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"agent-grace-raised-for-timeout":   func(c *inject.Config) { c.Mode, c.Drain.Timeout = inject.ModeAgent, dur("60s") },
+	"existing-prestop-replaced":        func(c *inject.Config) { c.ReplaceHooks = true },
+	"agent-existing-prestop-replaced":  func(c *inject.Config) { c.Mode, c.ReplaceHooks = inject.ModeAgent, true },
+	"name-conflict":                    func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"sidecar-http-port-conflict":       func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"sidecar-existing-init-containers": func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"reinject-other-mode":              func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"env-user-set-agent":               func(c *inject.Config) { c.Mode = inject.ModeAgent },
+}
+
+// refused are the golden inputs (by file name) whose pods inject injects but the policy refuses, and why
+// (a matchCondition of Refusals). Every other pod inject injects, the policy must inject identically.
+var refused = map[string]string{
+	"annotations-drain":               "no-pod-settings",
+	"annotations-agent":               "no-pod-settings",
+	"annotations-sidecar":             "no-pod-settings",
+	"annotation-envoy-container":      "no-pod-settings",
+	"existing-prestop-replaced":       "envoy-without-prestop",
+	"agent-existing-prestop-replaced": "envoy-without-prestop",
+	"reinject-other-mode":             "not-injected",
+}
+
+// TestSameStoredPods is the proof that the policy is inject: for every golden input of inject that holds
+// pods, the pods the API server stores through the policy equal the pods it stores when inject.Inject
+// mutated them first, as the webhook would (the pod as the API server admits it, defaulted, then
+// injected). Pods the policy refuses, and pods inject refuses, are stored unchanged; a pod stored through
+// the policy and created again is stored unchanged (the policy never injects twice).
+func TestSameStoredPods(t *testing.T) {
+	api := kubetest.Start(t)
+	inputs, err := filepath.Glob(filepath.Join(goldenDir, "*.in.yaml"))
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no golden inputs in %s: %v", goldenDir, err)
+	}
+	proven := 0
+	for i, in := range inputs {
+		name := strings.TrimSuffix(filepath.Base(in), ".in.yaml")
+		t.Run(name, func(t *testing.T) {
+			pods := podsOf(t, in)
+			if len(pods) == 0 {
+				t.Skipf("%s holds no pod inject can read", in)
+			}
+			cfg := goldenConfig()
+			if f := goldenSettings[name]; f != nil {
+				f(&cfg)
+			}
+			proven += prove(t, api, fmt.Sprint(i), cfg, pods, refused[name])
+		})
+	}
+	t.Logf("%d pods proven equal", proven)
+	if proven == 0 {
+		t.Error("no pod proven equal: this test checked nothing")
+	}
+}
+
+// prove creates pods through the policy for cfg (namespace policy-<id>) and, injected by inject.Inject,
+// without it (namespace plain-<id>), and compares what the API server stored; with refusedWhy (the
+// matchCondition expected to refuse them) the policy must store them unchanged, as it must the pods inject
+// refuses. It returns how many pods were proven equal.
+func prove(t *testing.T, api *kubetest.APIServer, id string, cfg inject.Config, pods []corev1.Pod, refusedWhy string) int {
+	t.Helper()
+	withPolicy, plain := "policy-"+id, "plain-"+id
+	createNamespace(t, api, withPolicy, true)
+	createNamespace(t, api, plain, false)
+	applyPolicy(t, api, cfg, withPolicy)
+
+	stored := create(t, api, withPolicy, pods)
+	admitted := create(t, api, plain, pods, "--dry-run=server")
+	var want []corev1.Pod
+	injected := make([]bool, len(admitted))
+	for j, p := range admitted {
+		p = clean(p)
+		err := inject.Inject(&p.ObjectMeta, &p.Spec, cfg)
+		injected[j] = err == nil
+		if err != nil {
+			t.Logf("pod %s: inject refuses it: %v", p.Name, err)
+		}
+		want = append(want, p)
+	}
+	want = create(t, api, plain, want)
+
+	proven := 0
+	for j := range stored {
+		got := normalize(stored[j])
+		if injected[j] && refusedWhy == "" {
+			proven++
+			assertSamePod(t, got, normalize(want[j]))
+		} else {
+			if injected[j] {
+				t.Logf("pod %s: the policy refuses it (%s)", got.Name, refusedWhy)
+			}
+			assertSamePod(t, got, normalize(admitted[j])) // stored unchanged
+		}
+	}
+
+	// Created again through the policy, an injected pod is stored unchanged.
+	again := make([]corev1.Pod, len(stored))
+	for j, p := range stored {
+		again[j] = clean(p)
+		again[j].Name += "-again"
+	}
+	for j, p := range create(t, api, withPolicy, again) {
+		want := normalize(stored[j])
+		want.Name += "-again"
+		assertSamePod(t, normalize(p), want)
+	}
+	return proven
+}
+
+// TestGracePeriods: the drain timeout and grace period the policy computes in CEL (whole seconds, written
+// as Go writes durations: 45s, 1m5s, 1h0m0s) are inject's, around every boundary, in hook and agent modes,
+// with the drain timeout derived and asked for.
+func TestGracePeriods(t *testing.T) {
+	api := kubetest.Start(t)
+	graces := []int64{0, 1, 19, 20, 21, 30, 64, 65, 66, 3604, 3605, 7265, 86400}
+	for i, tc := range []struct {
+		name string
+		cfg  func(*inject.Config)
+	}{
+		{"hook", nil},
+		{"agent", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
+		{"hook-timeout", func(c *inject.Config) { c.Drain.Timeout = dur("1m30s") }},
+		{"agent-timeout", func(c *inject.Config) { c.Mode, c.Drain.Timeout = inject.ModeAgent, dur("1m30s") }},
+		{"sidecar-fractional", func(c *inject.Config) {
+			c.Mode, c.Drain.Delay, c.Drain.MinDuration = inject.ModeSidecar, dur("1.5s"), dur("2.25s")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := goldenConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			var pods []corev1.Pod
+			for _, g := range graces {
+				pods = append(pods, corev1.Pod{
+					TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("grace-%d", g)},
+					Spec: corev1.PodSpec{
+						TerminationGracePeriodSeconds: ptr(g),
+						Containers:                    []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}},
+					},
+				})
+			}
+			if got := prove(t, api, fmt.Sprintf("grace-%d", i), cfg, pods, ""); got != len(pods) {
+				t.Errorf("%d pods proven equal, want %d", got, len(pods))
+			}
+		})
+	}
+}
+
+// podsOf reads the pods (pod templates made pods) of a golden input; none for an input inject cannot read.
+func podsOf(t *testing.T, file string) []corev1.Pod {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	_, err = inject.Manifests(data, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: *meta.DeepCopy(), Spec: *spec.DeepCopy()}
+		p.Name = fmt.Sprintf("%s-%d", strings.TrimSuffix(filepath.Base(file), ".in.yaml"), len(pods))
+		p.Namespace = ""
+		pods = append(pods, p)
+		return nil
+	}, &bytes.Buffer{})
+	if err != nil {
+		return nil
+	}
+	return pods
+}
+
+// createNamespace creates a namespace, opted in or not, with its default service account (no controller
+// runs to create it).
+func createNamespace(t *testing.T, api *kubetest.APIServer, name string, optIn bool) {
+	t.Helper()
+	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}
+	if optIn {
+		ns["metadata"].(map[string]any)["labels"] = map[string]string{OptInLabel: OptInValue}
+	}
+	sa := map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default", "namespace": name}}
+	apply(t, api, []any{ns, sa})
+}
+
+// applyPolicy applies the policy for cfg, its binding limited to namespace ns (so that the policies of
+// the cases do not meet), and waits until the API server uses it.
+func applyPolicy(t *testing.T, api *kubetest.APIServer, cfg inject.Config, ns string) {
+	t.Helper()
+	policy, bindings, err := Generate(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy.Name = Name + "-" + ns
+	// Fail, not Ignore: an expression that does not evaluate must fail the test, not pass a pod unchanged.
+	policy.Spec.FailurePolicy = ptr(admissionv1.Fail)
+	objects := []any{policy}
+	for _, b := range bindings {
+		b.Name += "-" + ns
+		b.Spec.PolicyName = policy.Name
+		sel := b.Spec.MatchResources.NamespaceSelector
+		if sel == nil {
+			sel = &metav1.LabelSelector{}
+			b.Spec.MatchResources.NamespaceSelector = sel
+		}
+		if sel.MatchLabels == nil {
+			sel.MatchLabels = map[string]string{}
+		}
+		sel.MatchLabels[corev1.LabelMetadataName] = ns
+		objects = append(objects, b)
+	}
+	apply(t, api, objects)
+	awaitPolicy(t, api, ns, cmp.Or(cfg.EnvoyContainer, "envoy"))
+}
+
+// awaitPolicy waits until a pod created (dry run) in ns, its Envoy container named envoy, comes back with the
+// status annotation: the API server loads policies asynchronously. Every try is a request that answers; the wait ends on the answer,
+// not on a timer.
+func awaitPolicy(t *testing.T, api *kubetest.APIServer, ns, envoy string) {
+	t.Helper()
+	probe := corev1.Pod{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: "await-policy"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: envoy, Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		got := create(t, api, ns, []corev1.Pod{probe}, "--dry-run=server")
+		if inject.Injected(&got[0].ObjectMeta) {
+			return
+		}
+	}
+	t.Fatalf("the policy of namespace %s did not act within a minute (kube-apiserver's log: %s)", ns, api.LogDir)
+}
+
+// create creates pods in ns with kubectl (extra args such as --dry-run=server) and returns what the API
+// server stored (or would store), in order.
+func create(t *testing.T, api *kubetest.APIServer, ns string, pods []corev1.Pod, extra ...string) []corev1.Pod {
+	t.Helper()
+	items := make([]any, len(pods))
+	for i, p := range pods {
+		items[i] = p
+	}
+	out := kubectl(t, api, items, append([]string{"create", "-n", ns, "-o", "json"}, extra...)...)
+	// kubectl prints one object, a List, or (for a List in) the objects one after the other.
+	var list struct {
+		Items []corev1.Pod `json:"items"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for dec.More() {
+		var obj struct {
+			corev1.Pod
+			Items []corev1.Pod `json:"items"`
+		}
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatalf("decoding kubectl's output: %v\n%s", err, out)
+		}
+		if obj.Kind == "Pod" {
+			list.Items = append(list.Items, obj.Pod)
+		}
+		list.Items = append(list.Items, obj.Items...)
+	}
+	if len(list.Items) != len(pods) {
+		t.Fatalf("kubectl returned %d pods, want %d:\n%s", len(list.Items), len(pods), out)
+	}
+	return list.Items
+}
+
+func apply(t *testing.T, api *kubetest.APIServer, objects []any) {
+	t.Helper()
+	kubectl(t, api, objects, "apply")
+}
+
+// kubectl runs kubectl with objects (a List) on its standard input.
+func kubectl(t *testing.T, api *kubetest.APIServer, objects []any, args ...string) []byte {
+	t.Helper()
+	in, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objects})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	cmd := api.Command(ctx, append(args, "-f", "-")...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s (kube-apiserver's log: %s)", strings.Join(args, " "), err, stdout.String(), stderr.String(), api.LogDir)
+	}
+	return stdout.Bytes()
+}
+
+// clean removes what the API server sets, so that a pod read back can be created again.
+func clean(p corev1.Pod) corev1.Pod {
+	p = *p.DeepCopy()
+	p.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	p.UID, p.ResourceVersion, p.CreationTimestamp, p.ManagedFields, p.Namespace, p.Generation = "", "", metav1.Time{}, nil, "", 0
+	p.Status = corev1.PodStatus{}
+	return p
+}
+
+// saToken is the name of the service account token volume the ServiceAccount admission plugin adds, with
+// its random suffix.
+var saToken = regexp.MustCompile(`^kube-api-access-[a-z0-9]{5}$`)
+
+// normalize is clean, and without the service account token volume and its mounts: the ServiceAccount
+// admission plugin adds them with a random name, and to the containers that exist when it runs (before
+// mutating policies and webhooks, after a pod injected beforehand).
+func normalize(p corev1.Pod) corev1.Pod {
+	p = clean(p)
+	p.Status = corev1.PodStatus{}
+	var token []string
+	p.Spec.Volumes = slices.DeleteFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
+		if saToken.MatchString(v.Name) {
+			token = append(token, v.Name)
+			return true
+		}
+		return false
+	})
+	unmount := func(cs []corev1.Container) {
+		for i := range cs {
+			cs[i].VolumeMounts = slices.DeleteFunc(cs[i].VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(token, m.Name) })
+			if len(cs[i].VolumeMounts) == 0 {
+				cs[i].VolumeMounts = nil
+			}
+		}
+	}
+	unmount(p.Spec.InitContainers)
+	unmount(p.Spec.Containers)
+	if len(p.Spec.Volumes) == 0 {
+		p.Spec.Volumes = nil
+	}
+	return p
+}
+
+func assertSamePod(t *testing.T, got, want corev1.Pod) {
+	t.Helper()
+	if got.Name != want.Name || !equality.Semantic.DeepEqual(got.Labels, want.Labels) ||
+		!equality.Semantic.DeepEqual(got.Annotations, want.Annotations) || !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
+		gy, _ := yaml.Marshal(got)
+		wy, _ := yaml.Marshal(want)
+		t.Errorf("pod %s differs:\ngot:\n%s\nwant:\n%s", want.Name, gy, wy)
+	}
+}
+
+// TestSelection applies the shipped deploy/policy/policy.yaml as a user would (after a server dry run) and
+// checks which pods it mutates: those of opted-in namespaces and opted-in pods, once even when both; never
+// an opted-out pod, one in kube-system, or one of ours.
+func TestSelection(t *testing.T) {
+	api := kubetest.Start(t)
+	const shipped = "../../deploy/policy/policy.yaml"
+	if out := api.ApplyDryRun(t, shipped); !strings.Contains(out, "created (server dry run)") {
+		t.Fatalf("kubectl apply --dry-run=server said %q", out)
+	}
+	api.Kubectl(t, "apply", "-f", shipped)
+	createNamespace(t, api, "opted", true)
+	createNamespace(t, api, "plain", false)
+	createNamespace(t, api, metav1.NamespaceSystem, true) // labelled: kube-system is still never mutated
+	awaitPolicy(t, api, "opted", "envoy")
+
+	pod := func(name string, labels, annotations map[string]string) corev1.Pod {
+		return corev1.Pod{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
+		}
+	}
+	optIn := map[string]string{OptInLabel: OptInValue}
+	for _, tc := range []struct {
+		ns   string
+		pod  corev1.Pod
+		want bool
+	}{
+		{"opted", pod("in-namespace", nil, nil), true},
+		{"opted", pod("both", optIn, nil), true},
+		{"opted", pod("opted-out", nil, map[string]string{inject.AnnotationInject: "false"}), false},
+		{"opted", pod("ours", map[string]string{OwnPodsLabel: OwnPodsValue, OptInLabel: OptInValue}, nil), false},
+		{"plain", pod("not-opted-in", nil, nil), false},
+		{"plain", pod("pod-label", optIn, nil), true},
+		{"plain", pod("pod-label-opted-out", optIn, map[string]string{inject.AnnotationInject: "false"}), false},
+		{metav1.NamespaceSystem, pod("system", optIn, nil), false},
+	} {
+		got := create(t, api, tc.ns, []corev1.Pod{tc.pod})[0]
+		if inject.Injected(&got.ObjectMeta) != tc.want {
+			t.Errorf("pod %s/%s: injected %t, want %t", tc.ns, tc.pod.Name, !tc.want, tc.want)
+			continue
+		}
+		if !tc.want {
+			continue
+		}
+		// Mutated exactly once, with the shipped settings.
+		if n := len(got.Spec.InitContainers); n != 1 || got.Spec.InitContainers[0].Name != inject.InstallContainer ||
+			got.Spec.InitContainers[0].Image != "shutdown-manager:dev" {
+			t.Errorf("pod %s/%s: init containers %+v, want only %s with image shutdown-manager:dev", tc.ns, tc.pod.Name, got.Spec.InitContainers, inject.InstallContainer)
+		}
+		if c := got.Spec.Containers[0]; c.Lifecycle == nil || c.Lifecycle.PreStop == nil || len(c.Env) != 2 {
+			t.Errorf("pod %s/%s: Envoy's container %+v, want our preStop hook and two variables", tc.ns, tc.pod.Name, c)
+		}
+	}
+}
+
+// TestFindEnvoy: the policy finds Envoy's container as inject does: by --envoy-container only when it is
+// given; else the container named envoy, else the only one whose image is Envoy's (a registry port, a
+// digest, a tag named envoy); none or two are refused by both.
+func TestFindEnvoy(t *testing.T) {
+	api := kubetest.Start(t)
+	pod := func(name string, containers ...string) corev1.Pod { // name=image pairs
+		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: metav1.ObjectMeta{Name: name}}
+		for _, c := range containers {
+			n, image, _ := strings.Cut(c, "=")
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: n, Image: image, Args: []string{"-c", "/etc/envoy/envoy.yaml"}})
+		}
+		return p
+	}
+	pods := []corev1.Pod{
+		pod("named", "app=example.com/app:v1", "envoy=example.com/proxy:v1"),
+		pod("image", "app=example.com/app:v1", "proxy=envoyproxy/envoy:v1.40.0"),
+		pod("distroless-digest", "proxy=docker.io/envoyproxy/envoy-distroless@sha256:0000000000000000000000000000000000000000000000000000000000000000", "app=example.com/app:v1"),
+		pod("registry-port", "app=example.com/app:v1", "proxy=registry.example.com:5000/envoy"),
+		pod("tag-is-not-image", "proxy=registry.example.com:5000/team/app:envoy"),
+		pod("named-wins", "front=envoyproxy/envoy:v1.40.0", "envoy=example.com/proxy:v1"),
+		pod("two-images", "front=envoyproxy/envoy:v1.40.0", "back=envoyproxy/envoy-contrib:v1.40.0"),
+	}
+	for i, tc := range []struct {
+		name string
+		cfg  func(*inject.Config)
+		want int // pods proven equal: inject injects them, and so does the policy
+	}{
+		{"found", nil, 5},
+		{"configured", func(c *inject.Config) { c.EnvoyContainer = "proxy" }, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := goldenConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			if got := prove(t, api, fmt.Sprintf("find-%d", i), cfg, pods, ""); got != tc.want {
+				t.Errorf("%d pods proven equal, want %d", got, tc.want)
+			}
+		})
+	}
+}

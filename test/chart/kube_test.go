@@ -1,0 +1,241 @@
+package chart
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/json"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+)
+
+// TestDryRunServer applies every golden value set's output to a real kube-apiserver with --dry-run=server and strict
+// field validation: Kubernetes itself decides that every object and field is valid. The cert-manager objects
+// (cert-manager.io/v1) are left out: the test API server has no cert-manager CRDs (they are not vendored here), so
+// for those value sets the rest of the output is checked and the cert-manager objects only by helm lint and the
+// golden files.
+func TestDryRunServer(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	for _, vs := range valueSets {
+		t.Run(vs.name, func(t *testing.T) {
+			var kept []string
+			skipped := 0
+			for _, o := range objects(t, h.must(t, vs.templateArgs()...)) {
+				if strings.HasPrefix(o.APIVersion, "cert-manager.io/") {
+					skipped++
+					continue
+				}
+				kept = append(kept, string(o.doc))
+			}
+			if strings.HasPrefix(vs.name, "cert-manager") && skipped == 0 {
+				t.Errorf("value set %s rendered no cert-manager.io object", vs.name)
+			}
+			file := filepath.Join(t.TempDir(), vs.name+".yaml")
+			if err := os.WriteFile(file, []byte(strings.Join(kept, "\n---\n")), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			api.CreateNamespacesOf(t, file)
+			out := api.ApplyDryRun(t, file)
+			want := "mutatingwebhookconfiguration.admissionregistration.k8s.io/"
+			if vs.name == "policy" {
+				want = "mutatingadmissionpolicy.admissionregistration.k8s.io/"
+			}
+			if !strings.Contains(out, want) {
+				t.Errorf("the dry run did not create a %s; kubectl said:\n%s", want, out)
+			}
+			if skipped > 0 {
+				t.Logf("%d cert-manager.io objects not sent (no cert-manager CRDs in the test API server)", skipped)
+			}
+		})
+	}
+}
+
+// TestInstall installs the default webhook mode for real (helm install against the API server, server-side
+// apply), then upgrades it: the objects are stored, the MutatingWebhookConfiguration trusts the CA in the Secret,
+// the upgrade keeps the same certificate (lookup), and RBAC grants events and nothing else. The Deployment's pods
+// never run (the test has no kubelet), which this test does not need.
+func TestInstall(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	api.Kubectl(t, "create", "namespace", "edge")
+
+	install := []string{"install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+		"--kubeconfig", api.Kubeconfig, "--set", "events.namespaces={edge}"}
+	h.must(t, install...)
+
+	for _, obj := range []string{"deployment/shutdown-manager", "service/shutdown-manager", "poddisruptionbudget/shutdown-manager",
+		"serviceaccount/shutdown-manager", "secret/shutdown-manager-tls"} {
+		api.Kubectl(t, "get", "--namespace", namespace, obj)
+	}
+	ca, crt := installedCertificate(t, api, "shutdown-manager")
+	if err := verifyServing(ca, crt, "shutdown-manager.shutdown-manager.svc"); err != nil {
+		t.Errorf("after install: %v", err)
+	}
+
+	h.must(t, "upgrade", "shutdown-manager", chartDir, "--namespace", namespace, "--kubeconfig", api.Kubeconfig,
+		"--set", "events.namespaces={edge}", "--set", "webhook.timeoutSeconds=4")
+	ca2, crt2 := installedCertificate(t, api, "shutdown-manager")
+	if string(ca2) != string(ca) || string(crt2) != string(crt) {
+		t.Error("helm upgrade replaced the generated CA or certificate; want them reused (lookup of the Secret)")
+	}
+	if got := api.Kubectl(t, "get", "mutatingwebhookconfiguration", "shutdown-manager", "-o", "jsonpath={.webhooks[*].timeoutSeconds}"); got != "4 4" {
+		t.Errorf("timeoutSeconds after the upgrade = %q, want 4 4 (the upgrade applied)", got)
+	}
+
+	for _, tc := range []struct {
+		as, namespace, verb, resource, want string
+	}{
+		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "create", "events", "yes"},
+		{"system:serviceaccount:shutdown-manager:shutdown-manager", "default", "patch", "events.events.k8s.io", "yes"},
+		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "get", "pods", "no"},
+		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "delete", "events", "no"},
+		{"system:serviceaccount:shutdown-manager:shutdown-manager", "edge", "get", "events", "no"},
+		{"system:serviceaccount:shutdown-manager:shutdown-manager", "shutdown-manager", "get", "secrets", "no"},
+		{"system:serviceaccount:edge:default", "edge", "create", "events", "yes"},
+		{"system:serviceaccount:edge:default", "edge", "patch", "events", "yes"},
+		{"system:serviceaccount:edge:default", "edge", "list", "events", "no"},
+		{"system:serviceaccount:edge:default", "edge", "get", "events", "no"},
+		{"system:serviceaccount:edge:default", "edge", "delete", "events", "no"},
+		{"system:serviceaccount:edge:default", "edge", "get", "pods", "no"},
+		{"system:serviceaccount:edge:default", "default", "create", "events", "no"},
+		{"system:serviceaccount:edge:other", "edge", "create", "events", "no"},
+	} {
+		out, _ := api.Command(t.Context(), "auth", "can-i", tc.verb, tc.resource, "--namespace", tc.namespace, "--as", tc.as).Output()
+		if got := strings.TrimSpace(string(out)); got != tc.want {
+			t.Errorf("%s can %s %s in %s: %q, want %q", tc.as, tc.verb, tc.resource, tc.namespace, got, tc.want)
+		}
+	}
+
+	// failurePolicy Ignore with no webhook pod running (no kubelet here): a pod in an opted-in namespace is still
+	// created, without injection.
+	api.Kubectl(t, "label", "namespace", "edge", "shutdown-manager.io/inject=enabled")
+	api.Kubectl(t, "create", "serviceaccount", "default", "--namespace", "edge")
+	api.Kubectl(t, "run", "envoy", "--namespace", "edge", "--image=envoyproxy/envoy:v1.36.2", "--restart=Never")
+	if got := api.Kubectl(t, "get", "pod", "envoy", "--namespace", "edge", "-o", "jsonpath={.spec.containers[*].name}"); got != "envoy" {
+		t.Errorf("pod containers = %q, want envoy (created, not injected: the webhook is down and failurePolicy is Ignore)", got)
+	}
+}
+
+// TestInstallExistingSecret installs with certificates.source secret and no caBundle value: the chart reads the CA
+// from the Secret at install time, and the webhook trusts it.
+func TestInstallExistingSecret(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	const ns, release = "pki", "pki"
+	host := "pki-shutdown-manager." + ns + ".svc"
+	caPEM, crtPEM, keyPEM := servingCertificate(t, host)
+	api.Kubectl(t, "create", "namespace", ns)
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{"ca.crt": caPEM, "tls.crt": crtPEM, "tls.key": keyPEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api.Kubectl(t, "create", "secret", "generic", "webhook-serving", "--namespace", ns, "--type=kubernetes.io/tls",
+		"--from-file="+filepath.Join(dir, "ca.crt"), "--from-file="+filepath.Join(dir, "tls.crt"), "--from-file="+filepath.Join(dir, "tls.key"))
+
+	h.must(t, "install", release, chartDir, "--namespace", ns, "--kubeconfig", api.Kubeconfig,
+		"--set", "certificates.source=secret,certificates.secretName=webhook-serving")
+	bundles := api.Kubectl(t, "get", "mutatingwebhookconfiguration", "pki-shutdown-manager", "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
+	for _, b := range strings.Fields(bundles) {
+		if got := decodeBase64(t, b); string(got) != string(caPEM) {
+			t.Errorf("caBundle = %q, want the Secret's ca.crt", firstLines(string(got), 2))
+		}
+	}
+	if n := len(strings.Fields(bundles)); n != 2 {
+		t.Errorf("%d caBundles, want 2 (one per webhook entry)", n)
+	}
+	if out, err := api.Command(t.Context(), "get", "secret", "pki-shutdown-manager-tls", "--namespace", ns).CombinedOutput(); err == nil {
+		t.Errorf("source secret created a Secret of its own:\n%s", out)
+	}
+	if got := api.Kubectl(t, "get", "deployment", "pki-shutdown-manager", "--namespace", ns, "-o", "jsonpath={.spec.template.spec.volumes[0].secret.secretName}"); got != "webhook-serving" {
+		t.Errorf("the Deployment mounts Secret %q, want webhook-serving", got)
+	}
+}
+
+// TestInstallPolicy installs mode policy for real: the policy and its bindings are stored, and no webhook object is.
+func TestInstallPolicy(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	h.must(t, "install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+		"--kubeconfig", api.Kubeconfig, "--set", "mode=policy", "--set-file", "policy.manifest="+policyManifest)
+	if got := api.Kubectl(t, "get", "mutatingadmissionpolicy", "-o", "name"); strings.TrimSpace(got) != "mutatingadmissionpolicy.admissionregistration.k8s.io/shutdown-manager-inject" {
+		t.Errorf("policies = %q, want shutdown-manager-inject", got)
+	}
+	if got := strings.Fields(api.Kubectl(t, "get", "mutatingadmissionpolicybinding", "-o", "name")); len(got) == 0 {
+		t.Error("no MutatingAdmissionPolicyBinding stored")
+	}
+	for _, kind := range []string{"mutatingwebhookconfiguration", "deployment", "secret"} {
+		if got := strings.TrimSpace(api.Kubectl(t, "get", kind, "--all-namespaces", "-l", "app.kubernetes.io/instance=shutdown-manager", "-o", "name")); got != "" {
+			t.Errorf("mode policy installed %s", got)
+		}
+	}
+}
+
+// installedCertificate returns the CA every webhook entry trusts (failing t unless they all trust the Secret's
+// ca.crt) and the Secret's tls.crt.
+func installedCertificate(t *testing.T, api *kubetest.APIServer, name string) (ca, crt []byte) {
+	t.Helper()
+	var secret struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(api.Kubectl(t, "get", "secret", name+"-tls", "--namespace", namespace, "-o", "json")), &secret); err != nil {
+		t.Fatal(err)
+	}
+	ca = decodeBase64(t, secret.Data["ca.crt"])
+	crt = decodeBase64(t, secret.Data["tls.crt"])
+	bundles := strings.Fields(api.Kubectl(t, "get", "mutatingwebhookconfiguration", name, "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}"))
+	if len(bundles) != 2 {
+		t.Fatalf("%d caBundles in the MutatingWebhookConfiguration, want 2 (one per webhook entry)", len(bundles))
+	}
+	for _, b := range bundles {
+		if got := decodeBase64(t, b); string(got) != string(ca) {
+			t.Errorf("a webhook entry's caBundle is not the Secret's ca.crt:\n%s", firstLines(string(got), 2))
+		}
+	}
+	return ca, crt
+}
+
+// servingCertificate makes a CA and a certificate it signs for host, as a PKI outside the chart would.
+func servingCertificate(t *testing.T, host string) (caPEM, crtPEM, keyPEM []byte) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test-ca"}, NotBefore: now.Add(-time.Hour),
+		NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: host}, DNSNames: []string{host},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caTmpl, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: caDER}),
+		pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+}

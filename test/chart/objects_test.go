@@ -1,0 +1,245 @@
+package chart
+
+import (
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// object is one document of helm's output: its kind and name, and the document itself.
+type object struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Metadata   struct {
+		Name      string `json:"name"`
+		Namespace string `json:"namespace"`
+	} `json:"metadata"`
+	doc []byte
+}
+
+// objects splits helm's output into its documents (helm separates them with a line "---").
+func objects(tb testing.TB, out string) []object {
+	tb.Helper()
+	var objs []object
+	for _, doc := range strings.Split("\n"+out, "\n---\n") {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		var o object
+		if err := yaml.Unmarshal([]byte(doc), &o); err != nil {
+			tb.Fatalf("decoding a document of helm's output: %v\n%s", err, doc)
+		}
+		o.doc = []byte(doc)
+		objs = append(objs, o)
+	}
+	return objs
+}
+
+func stripComments(doc string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
+// only decodes the one object of kind in objs into v; it fails tb unless there is exactly one.
+func only(tb testing.TB, objs []object, kind string, v any) {
+	tb.Helper()
+	var found []object
+	for _, o := range objs {
+		if o.Kind == kind {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		tb.Fatalf("%d objects of kind %s in helm's output, want 1", len(found), kind)
+	}
+	if err := yaml.UnmarshalStrict(found[0].doc, v); err != nil {
+		tb.Fatalf("decoding %s %s: %v", kind, found[0].Metadata.Name, err)
+	}
+}
+
+// verifyServing checks that caPEM is a CA that signed certPEM for the webhook Service's DNS name.
+func verifyServing(caPEM, certPEM []byte, dnsName string) error {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return fmt.Errorf("no PEM certificate in the CA bundle %q", firstLines(string(caPEM), 2))
+	}
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return fmt.Errorf("no PEM block in tls.crt")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return fmt.Errorf("parsing tls.crt: %w", err)
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, DNSName: dnsName, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}); err != nil {
+		return fmt.Errorf("verifying tls.crt for %s with the CA bundle: %w", dnsName, err)
+	}
+	return nil
+}
+
+// TestGeneratedCertificate: with certificates.source generate, the Secret holds a CA that signed tls.crt for the
+// Service's name, and both webhook entries trust that CA.
+func TestGeneratedCertificate(t *testing.T) {
+	h := newHelm(t)
+	objs := objects(t, h.must(t, valueSets[0].templateArgs()...))
+	var secret corev1.Secret
+	only(t, objs, "Secret", &secret)
+	var mwc admissionregistrationv1.MutatingWebhookConfiguration
+	only(t, objs, "MutatingWebhookConfiguration", &mwc)
+
+	if err := verifyServing(secret.Data["ca.crt"], secret.Data["tls.crt"], "shutdown-manager.shutdown-manager.svc"); err != nil {
+		t.Error(err)
+	}
+	if len(secret.Data["tls.key"]) == 0 {
+		t.Error("the Secret has no tls.key")
+	}
+	for _, w := range mwc.Webhooks {
+		if string(w.ClientConfig.CABundle) != string(secret.Data["ca.crt"]) {
+			t.Errorf("webhook %s: caBundle is not the Secret's ca.crt", w.Name)
+		}
+	}
+}
+
+// TestWebhookObjects checks the rendered default webhook against what the project decided (WAVE 2 names, the
+// issue's settings): the things a reviewer of the golden file would otherwise have to remember.
+func TestWebhookObjects(t *testing.T) {
+	h := newHelm(t)
+	objs := objects(t, h.must(t, valueSets[0].templateArgs()...))
+
+	var mwc admissionregistrationv1.MutatingWebhookConfiguration
+	only(t, objs, "MutatingWebhookConfiguration", &mwc)
+	if len(mwc.Webhooks) != 2 {
+		t.Fatalf("%d webhook entries, want 2 (namespace opt-in, pod opt-in)", len(mwc.Webhooks))
+	}
+	kubeSystem := "kubernetes.io/metadata.name NotIn [kube-system]"
+	notOurs := "app.kubernetes.io/name NotIn [shutdown-manager]"
+	for i, want := range []struct{ namespaceSelector, objectSelector []string }{
+		{[]string{"shutdown-manager.io/inject=enabled", kubeSystem}, []string{notOurs}},
+		{[]string{kubeSystem}, []string{"shutdown-manager.io/inject=enabled", notOurs}},
+	} {
+		w := mwc.Webhooks[i]
+		if got := selectorTerms(w.NamespaceSelector); !slices.Equal(got, want.namespaceSelector) {
+			t.Errorf("webhook %s namespaceSelector = %q, want %q", w.Name, got, want.namespaceSelector)
+		}
+		if got := selectorTerms(w.ObjectSelector); !slices.Equal(got, want.objectSelector) {
+			t.Errorf("webhook %s objectSelector = %q, want %q", w.Name, got, want.objectSelector)
+		}
+		if w.SideEffects == nil || *w.SideEffects != admissionregistrationv1.SideEffectClassNone {
+			t.Errorf("webhook %s sideEffects = %v, want None", w.Name, w.SideEffects)
+		}
+		if w.FailurePolicy == nil || *w.FailurePolicy != admissionregistrationv1.Ignore {
+			t.Errorf("webhook %s failurePolicy = %v, want Ignore", w.Name, w.FailurePolicy)
+		}
+		if w.ReinvocationPolicy == nil || *w.ReinvocationPolicy != admissionregistrationv1.IfNeededReinvocationPolicy {
+			t.Errorf("webhook %s reinvocationPolicy = %v, want IfNeeded", w.Name, w.ReinvocationPolicy)
+		}
+		if w.TimeoutSeconds == nil || *w.TimeoutSeconds > 10 {
+			t.Errorf("webhook %s timeoutSeconds = %v, want at most 10", w.Name, w.TimeoutSeconds)
+		}
+		if s := w.ClientConfig.Service; s == nil || s.Path == nil || *s.Path != "/mutate-pods" {
+			t.Errorf("webhook %s service = %+v, want path /mutate-pods", w.Name, s)
+		}
+		if len(w.Rules) != 1 || !slices.Equal(w.Rules[0].Operations, []admissionregistrationv1.OperationType{admissionregistrationv1.Create}) ||
+			!slices.Equal(w.Rules[0].Resources, []string{"pods"}) {
+			t.Errorf("webhook %s rules = %+v, want CREATE of pods only", w.Name, w.Rules)
+		}
+	}
+
+	var d appsv1.Deployment
+	only(t, objs, "Deployment", &d)
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
+	}
+	if got := d.Spec.Template.Labels["app.kubernetes.io/name"]; got != "shutdown-manager" {
+		t.Errorf("pod label app.kubernetes.io/name = %q, want shutdown-manager (the objectSelector excludes it)", got)
+	}
+	c := d.Spec.Template.Spec.Containers[0]
+	wantArgs := []string{"webhook", "--listen=:8443", "--tls-cert-file=/tls/tls.crt", "--tls-key-file=/tls/tls.key",
+		"--health-listen=:8081", "--image=shutdown-manager:dev", "--mode=hook", "--binary-from=copy", "--hook=exec",
+		"--sidecar-kind=native", "--envoy-command=envoy", "--port=8090", "--metrics-port=9090"}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("webhook args = %q\nwant %q", c.Args, wantArgs)
+	}
+	sc := c.SecurityContext
+	if sc == nil || sc.RunAsUser == nil || *sc.RunAsUser != 65532 || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+		sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) ||
+		sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("container securityContext = %+v, want user 65532, read-only root, drop ALL, seccomp RuntimeDefault", sc)
+	}
+	if _, ok := c.Resources.Limits[corev1.ResourceCPU]; ok {
+		t.Error("the webhook has a CPU limit: throttling would show up as admission latency")
+	}
+	if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" ||
+		c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" {
+		t.Errorf("probes = %+v, %+v; want /healthz and /readyz", c.LivenessProbe, c.ReadinessProbe)
+	}
+	if a := d.Spec.Template.Spec.Affinity; a == nil || a.PodAntiAffinity == nil {
+		t.Error("no pod anti-affinity: both replicas could land on one node")
+	}
+
+	var role rbacv1.ClusterRole
+	only(t, objs, "ClusterRole", &role)
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
+	if fmt.Sprint(role.Rules) != fmt.Sprint(wantRules) {
+		t.Errorf("ClusterRole rules = %+v, want %+v (events, nothing else)", role.Rules, wantRules)
+	}
+}
+
+// TestImageDigest: a digest wins over the tag, for the webhook and the injected containers.
+func TestImageDigest(t *testing.T) {
+	h := newHelm(t)
+	out := h.must(t, "template", "shutdown-manager", chartDir, "--namespace", namespace,
+		"--set", "image.repository=registry.example/sm,image.tag=v1,image.digest=sha256:"+strings.Repeat("ab", 32))
+	var d appsv1.Deployment
+	only(t, objects(t, out), "Deployment", &d)
+	want := "registry.example/sm@sha256:" + strings.Repeat("ab", 32)
+	c := d.Spec.Template.Spec.Containers[0]
+	if c.Image != want {
+		t.Errorf("image = %s, want %s", c.Image, want)
+	}
+	if !slices.Contains(c.Args, "--image="+want) {
+		t.Errorf("args %q do not inject %s", c.Args, want)
+	}
+}
+
+// selectorTerms writes a label selector as terms: "k=v" for matchLabels (sorted), then "k Op [v ...]" for each
+// expression in order.
+func selectorTerms(s *metav1.LabelSelector) []string {
+	if s == nil {
+		return nil
+	}
+	var terms []string
+	for k, v := range s.MatchLabels {
+		terms = append(terms, k+"="+v)
+	}
+	slices.Sort(terms)
+	for _, e := range s.MatchExpressions {
+		terms = append(terms, fmt.Sprintf("%s %s [%s]", e.Key, e.Operator, strings.Join(e.Values, " ")))
+	}
+	return terms
+}
+
+func decodeBase64(tb testing.TB, s string) []byte {
+	tb.Helper()
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(s))
+	if err != nil {
+		tb.Fatalf("decoding base64 %q: %v", firstLines(s, 1), err)
+	}
+	return b
+}
