@@ -2,8 +2,9 @@
 # make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
 # Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2), builds
 # the Kubernetes binaries and containerd 2 into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
-# warm), Envoy 1.40.0 (scripts/install-envoy.sh), then runs the test binary, which starts and tears down the
-# cluster itself. Needs root. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
+# warm), Helm (scripts/helm-binary.sh), Envoy 1.40.0 (scripts/install-envoy.sh), then runs the test binary, which
+# starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
+# `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
 # as -test.run does).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -31,6 +32,7 @@ fi
 KUBE_BINARIES="etcd kube-apiserver kubectl kubelet kube-proxy kube-controller-manager kube-scheduler" \
   ./scripts/kube-binaries.sh >/dev/null
 ./scripts/kube-binaries.sh --containerd >/dev/null
+./scripts/helm-binary.sh >/dev/null # the chart (the webhook) is installed with it
 echo "e2e: binaries ready after $((SECONDS - start)) s" >&2
 
 mkdir -p bin

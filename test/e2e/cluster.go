@@ -102,7 +102,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
-	ctrdBin, err := binDir("--print-containerd-dir", containerdBinaries)
+	ctrdBin, err := binDir("--print-containerd-dir", containerdBinaries, "scripts/kube-binaries.sh")
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
@@ -170,20 +170,21 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	return c
 }
 
-// binDir asks scripts/kube-binaries.sh where the named binaries are, and checks they are there.
-func binDir(flag string, names []string) (string, error) {
+// binDir asks script (scripts/kube-binaries.sh, scripts/helm-binary.sh) where the named binaries are, so that the
+// cache key is computed in one place, and checks they are there.
+func binDir(flag string, names []string, script string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
-	out, err := exec.Command("bash", filepath.Join(root, "scripts/kube-binaries.sh"), flag).Output()
+	out, err := exec.Command("bash", filepath.Join(root, script), flag).Output()
 	if err != nil {
-		return "", fmt.Errorf("scripts/kube-binaries.sh %s: %w", flag, err)
+		return "", fmt.Errorf("%s %s: %w", script, flag, err)
 	}
 	dir := strings.TrimSpace(string(out))
 	for _, n := range names {
 		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			return "", fmt.Errorf("no %s in %s: build it with `KUBE_BINARIES=\"%s\" scripts/kube-binaries.sh`", n, dir, strings.Join(names, " "))
+			return "", fmt.Errorf("no %s in %s: make e2e builds it (scripts/e2e.sh)", n, dir)
 		}
 	}
 	return dir, nil

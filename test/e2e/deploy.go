@@ -123,6 +123,29 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 	return cfg + "\n---\n" + svc + "\n---\n" + dep, nil
 }
 
+// annotatedManifests returns the same objects as envoyManifests without injecting them: the Deployment's pod
+// template carries the settings as shutdown-manager.io/ annotations (each --flag=value of injectArgs becomes
+// shutdown-manager.io/flag: value), for the webhook to inject when the pods are created.
+func annotatedManifests(root string, injectArgs []string) (string, error) {
+	plain, err := envoyManifests(context.Background(), root, "", nil)
+	if err != nil {
+		return "", err
+	}
+	if len(injectArgs) == 0 {
+		return plain, nil
+	}
+	var b strings.Builder
+	b.WriteString("  template:\n    metadata:\n      annotations:\n")
+	for _, a := range injectArgs {
+		k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+		if !ok {
+			return "", fmt.Errorf("inject flag %q is not --name=value", a)
+		}
+		fmt.Fprintf(&b, "        shutdown-manager.io/%s: %q\n", k, v)
+	}
+	return edit("deploy/plain/envoy.yaml", plain, []replacement{{"  template:\n    metadata:\n", b.String()}})
+}
+
 // upstreamManifests returns deploy/common/echo.yaml for this cluster.
 func upstreamManifests(root string) (string, error) {
 	return readEdited(root, "deploy/common/echo.yaml", upstreamEdits)

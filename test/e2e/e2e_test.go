@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -51,6 +52,11 @@ type scenario struct {
 // deploy/), so that a pod that ends at the drain deadline is told apart from one killed at the grace period.
 const tcpDrainTimeout = 15 * time.Second
 
+// injectVia is how the Envoy pods get the manager: "webhook" (the Helm chart installed, the namespace labelled,
+// the settings as pod annotations: what a user does) or "cli" (`shutdown-manager inject` on the manifests);
+// $E2E_INJECT chooses, webhook by default.
+var injectVia = cmp.Or(os.Getenv("E2E_INJECT"), "webhook")
+
 var scenarios = []scenario{
 	{name: "hook-delete-pod", inject: []string{"--mode=hook"}, action: "delete-pod"},
 	{name: "control-delete-pod", inject: nil, action: "delete-pod", control: true},
@@ -63,6 +69,7 @@ var scenarios = []scenario{
 	{name: "agent-rollout", inject: []string{"--mode=agent"}, action: "rollout"},
 	{name: "control-rollout", inject: nil, action: "rollout", control: true},
 	{name: "sidecar-kill-manager", inject: []string{"--mode=sidecar"}, action: "kill-sidecar"},
+	{name: "webhook-down", inject: nil, action: "webhook-down"},
 	{name: "hook-tcp-deadline", inject: []string{"--mode=hook", "--drain-timeout=" + tcpDrainTimeout.String()}, action: "tcp-deadline"},
 }
 
@@ -101,8 +108,15 @@ func TestE2E(t *testing.T) {
 	applyText(ctx, t, c, UpstreamNamespace, up)
 	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "rollout", "status", "deployment/echo", "--timeout=180s")
 
+	if injectVia == "webhook" {
+		installChart(ctx, t, c, root)
+	}
+
 	var rows []row
 	for _, s := range scenarios {
+		if s.action == "webhook-down" && injectVia != "webhook" {
+			continue
+		}
 		ok := t.Run(s.name, func(t *testing.T) {
 			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
 			defer func() { rows = append(rows, r) }() // a scenario that stopped early is in the report too
@@ -270,11 +284,23 @@ func managerContainer(s scenario) string {
 func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager string, s scenario) row {
 	r := row{scenario: s}
 	ns := "e2e-" + s.name
-	text, err := envoyManifests(ctx, root, manager, s.inject)
+	var text string
+	var err error
+	if injectVia == "webhook" {
+		text, err = annotatedManifests(root, s.inject)
+	} else {
+		text, err = envoyManifests(ctx, root, manager, s.inject)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	if injectVia == "webhook" && (s.inject != nil || s.action == "webhook-down") {
+		mustKubectl(ctx, t, c, "label", "namespace", ns, "shutdown-manager.io/inject=enabled")
+	}
+	if s.action == "webhook-down" {
+		return runWebhookDown(ctx, t, c, ns, text, r)
+	}
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -286,6 +312,9 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	}
 	applyText(ctx, t, c, ns, text)
 	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	if got, want := injectedPods(ctx, t, c, ns), s.inject != nil; got != want {
+		t.Fatalf("Envoy pods injected: %v, want %v (injection %s)", got, want, injectVia)
+	}
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
 	addr := ip + ":80"
 	if err := waitOK(ctx, addr); err != nil {
@@ -500,6 +529,99 @@ func runKillSidecar(ctx context.Context, t *testing.T, c *Cluster, ns, addr stri
 		t.Errorf("Envoy was seen not ready %d times after its sidecar was killed", notReady)
 	case drained > 0:
 		t.Errorf("the sidecar's restart started %d drains", drained)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// ChartNamespace and ChartRelease are where the chart is installed; the release name gives the objects' names.
+const (
+	ChartNamespace = "shutdown-manager"
+	ChartRelease   = "shutdown-manager"
+)
+
+// installChart installs charts/shutdown-manager (the webhook, two replicas, failurePolicy Ignore, its own
+// certificates) with Helm, as a user would, and waits for the webhook's Deployment.
+func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
+	t.Helper()
+	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
+	if err != nil {
+		unavailable(t, "%v", err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), "install", ChartRelease, filepath.Join(root, "charts/shutdown-manager"),
+		"--namespace", ChartNamespace, "--create-namespace", "--kubeconfig", c.API.Kubeconfig,
+		"--set", "image.tag=dev", "--set", "image.pullPolicy=Never")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	mustKubectl(ctx, t, c, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=180s")
+}
+
+// injectedPods reports whether the Envoy pods of ns carry inject's status annotation (all or none: a mix fails t).
+func injectedPods(ctx context.Context, t *testing.T, c *Cluster, ns string) bool {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "-o",
+		`go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}={{if and .metadata.annotations (index .metadata.annotations "shutdown-manager.io/status")}}yes{{else}}no{{end}}{{"\n"}}{{end}}{{end}}`)
+	yes, no := strings.Count(out, "=yes"), strings.Count(out, "=no")
+	if yes > 0 && no > 0 {
+		t.Fatalf("some Envoy pods injected, some not:\n%s", out)
+	}
+	return yes > 0
+}
+
+// failOpenCount sums the API server's apiserver_admission_webhook_fail_open_count: the calls to a webhook it let
+// through (failurePolicy Ignore) because the webhook could not be called. The signal the README tells operators to
+// watch.
+func failOpenCount(ctx context.Context, t *testing.T, c *Cluster) float64 {
+	t.Helper()
+	var sum float64
+	for _, l := range strings.Split(mustKubectl(ctx, t, c, "get", "--raw", "/metrics"), "\n") {
+		if strings.HasPrefix(l, "apiserver_admission_webhook_fail_open_count{") && strings.Contains(l, "shutdown-manager") {
+			var v float64
+			if f := strings.Fields(l); len(f) == 2 {
+				fmt.Sscan(f[1], &v)
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
+// runWebhookDown scales the webhook to zero and creates the Envoy Deployment in a labelled namespace: with
+// failurePolicy Ignore the pods are created anyway, uninjected, and the API server's fail-open counter grows.
+func runWebhookDown(ctx context.Context, t *testing.T, c *Cluster, ns, text string, r row) row {
+	before := failOpenCount(ctx, t, c)
+	mustKubectl(ctx, t, c, "-n", ChartNamespace, "scale", "deployment/"+ChartRelease, "--replicas=0")
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		_, _ = c.kubectl(cctx, "-n", ChartNamespace, "scale", "deployment/"+ChartRelease, "--replicas=2")
+		_, _ = c.kubectl(cctx, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=120s")
+	})
+	if err := poll(ctx, 2*time.Minute, func() error {
+		out, err := c.kubectl(ctx, "-n", ChartNamespace, "get", "endpointslices", "-o", "jsonpath={.items[*].endpoints[*].addresses}")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("the webhook Service still has endpoints: %s", out)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	applyText(ctx, t, c, ns, text)
+	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	r.gone = time.Since(began)
+	injected := injectedPods(ctx, t, c, ns)
+	after := failOpenCount(ctx, t, c)
+	r.note = fmt.Sprintf("3 pods created and ready in %s with the webhook at 0 replicas; injected: %v; "+
+		"apiserver_admission_webhook_fail_open_count %v -> %v", r.gone.Round(100*time.Millisecond), injected, before, after)
+	t.Logf("%s: %s", r.scenario.name, r.note)
+	switch {
+	case injected:
+		t.Errorf("pods were injected with the webhook down")
+	case after <= before:
+		t.Errorf("apiserver_admission_webhook_fail_open_count did not grow (%v -> %v): the README's signal is missing", before, after)
 	default:
 		r.pass = true
 	}
