@@ -182,10 +182,10 @@ func startLoads(ctx context.Context, t *testing.T, addr string) *loads {
 	return &loads{
 		keepAlive: testbed.KeepAlive(ctx, addr, 6, 20*time.Millisecond, "/"),
 		http2:     testbed.HTTP2(ctx, addr, 4, "/"),
-		// Nine clients: kube-proxy spreads connections at random, and with nine the pod a scenario deletes has
-		// one of them but in (2/3)^9 = 2.6% of runs (the control then may lose nothing; its rollout variant ends
-		// every pod and cannot miss).
-		long: testbed.KeepAlive(ctx, addr, 9, 0, "/sleep?d="+LongRequest.String()),
+		// Fifteen clients: kube-proxy spreads connections at random, and the pod a scenario deletes has none of
+		// them in (2/3)^15 = 0.2% of runs (the delete-pod control then may lose nothing; its rollout variant ends
+		// every pod and cannot miss). With nine (2.6%), one run's deleted control pod had a single one.
+		long: testbed.KeepAlive(ctx, addr, 15, 0, "/sleep?d="+LongRequest.String()),
 		idle: idle,
 	}
 }
