@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push envoy kube helm demo bench bench-webhook test unit fuzz vet clean deploy
+.PHONY: all build image image-push envoy kube helm demo bench bench-webhook test unit fuzz vet clean deploy e2e
 
 all: build
 
@@ -50,6 +50,13 @@ demo: envoy build
 bench:
 	./bench/run.sh $(BENCH_ARGS)
 
+# A real single-node Kubernetes (kubelet, kube-proxy, containerd 2, runc, a CNI bridge) on this machine: the
+# deploy/ examples injected in each mode, Envoy pods deleted and rolled under load, zero failed requests, and a
+# negative control without injection that must fail. Needs root; installs the Debian packages it lacks and builds
+# the Kubernetes binaries and containerd into the versioned cache. Writes test/e2e/results/REPORT.md.
+e2e:
+	./scripts/e2e.sh
+
 # The webhook at 500 admissions/s for 20 s, three runs, each with a fresh process (bench/webhookload): latency
 # percentiles as the API server would see them (TLS, HTTP/2), RSS and CPU per admission. Writes
 # bench/results/webhook.json. A benchmark, not a test: its figures depend on what else the machine runs.
@@ -63,6 +70,7 @@ test: envoy kube helm vet unit fuzz
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/e2e
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...

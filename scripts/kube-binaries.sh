@@ -11,6 +11,10 @@
 # With --print-dir it only prints the bin/ directory, built or not: the test harness (internal/kubetest) asks it
 # where the binaries are, so that the cache key is computed in this one place.
 #
+# With --containerd it builds containerd, containerd-shim-runc-v2 and ctr instead (the e2e cluster's runtime:
+# Debian's containerd 1.6 cannot run image volumes) from their own tools module, tools/containerd/go.mod, into
+# <cache>/containerd-<version>/bin; --print-containerd-dir prints that directory.
+#
 # Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
 # interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
 # building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see the README); warm, nothing.
@@ -21,21 +25,44 @@ set -euo pipefail
 main() {
   local root tools binaries k8s_version etcd_version cache dir bin todo b major minor ldflags p start out
   root=$(cd "$(dirname "$0")/.." && pwd)
-  tools=$root/tools
-  binaries=${KUBE_BINARIES:-etcd kube-apiserver kubectl}
-
-  # The one place versions come from: tools/go.mod's require lines.
-  k8s_version=$(required_version "$tools/go.mod" k8s.io/kubernetes)
-  etcd_version=$(required_version "$tools/go.mod" go.etcd.io/etcd/server/v3)
-  if [ -z "$k8s_version" ] || [ -z "$etcd_version" ]; then
-    echo "kube-binaries: no k8s.io/kubernetes or go.etcd.io/etcd/server/v3 version in $tools/go.mod" >&2
-    return 1
-  fi
-
   cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
-  dir=$cache/$k8s_version-etcd-$etcd_version
+  local containerd_version
+  case ${1:-} in
+  --containerd | --print-containerd-dir)
+    tools=$root/tools/containerd
+    containerd_version=$(required_version "$tools/go.mod" github.com/containerd/containerd/v2)
+    if [ -z "$containerd_version" ]; then
+      echo "kube-binaries: no github.com/containerd/containerd/v2 version in $tools/go.mod" >&2
+      return 1
+    fi
+    binaries="containerd containerd-shim-runc-v2 ctr"
+    dir=$cache/containerd-$containerd_version
+    ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$containerd_version"
+    ;;
+  *)
+    tools=$root/tools
+    binaries=${KUBE_BINARIES:-etcd kube-apiserver kubectl}
+    # The one place versions come from: tools/go.mod's require lines.
+    k8s_version=$(required_version "$tools/go.mod" k8s.io/kubernetes)
+    etcd_version=$(required_version "$tools/go.mod" go.etcd.io/etcd/server/v3)
+    if [ -z "$k8s_version" ] || [ -z "$etcd_version" ]; then
+      echo "kube-binaries: no k8s.io/kubernetes or go.etcd.io/etcd/server/v3 version in $tools/go.mod" >&2
+      return 1
+    fi
+    dir=$cache/$k8s_version-etcd-$etcd_version
+    # Without these stamps the binaries say v0.0.0-master and kubectl refuses the server's version.
+    minor=${k8s_version#v*.}
+    minor=${minor%%.*}
+    major=${k8s_version#v}
+    major=${major%%.*}
+    ldflags="-s -w"
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    done
+    ;;
+  esac
   bin=$dir/bin
-  if [ "${1:-}" = --print-dir ]; then
+  if [ "${1:-}" = --print-dir ] || [ "${1:-}" = --print-containerd-dir ]; then
     echo "$bin"
     return 0
   fi
@@ -60,20 +87,10 @@ main() {
     pkgs+=("$(package_of "$b")")
   done
 
-  # Without these stamps the binaries say v0.0.0-master and kubectl refuses the server's version.
-  minor=${k8s_version#v*.}
-  minor=${minor%%.*}
-  major=${k8s_version#v}
-  major=${major%%.*}
-  ldflags="-s -w"
-  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-  done
-
   tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned
   trap 'rm -rf "$tmp"' EXIT
   trap 'exit 130' INT TERM # so that the EXIT trap runs on these too
-  echo "kube-binaries: building" $todo "(kubernetes $k8s_version, etcd $etcd_version) into $bin" >&2
+  echo "kube-binaries: building" $todo "(${containerd_version:+containerd $containerd_version}${k8s_version:+kubernetes $k8s_version, etcd $etcd_version}) into $bin" >&2
   start=$SECONDS
   (
     cd "$tools"
@@ -98,6 +115,7 @@ required_version() {
 package_of() {
   case $1 in
     etcd) echo go.etcd.io/etcd/server/v3 ;;
+    containerd | containerd-shim-runc-v2 | ctr) echo "github.com/containerd/containerd/v2/cmd/$1" ;;
     kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubelet | kubectl)
       echo "k8s.io/kubernetes/cmd/$1" ;;
     *) echo "kube-binaries: unknown binary $1" >&2; return 1 ;;

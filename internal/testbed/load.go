@@ -97,6 +97,7 @@ type Load struct {
 
 	mu  sync.Mutex
 	res Result
+	lat []time.Duration // of every OK HTTP request, for Latencies
 }
 
 // startLoad starts workers goroutines running work and returns the Load and
@@ -139,6 +140,14 @@ func (l *Load) Drain() {
 
 // sending reports whether a loop should send its next request.
 func (l *Load) sending(ctx context.Context) bool { return ctx.Err() == nil && !l.draining.Load() }
+
+// Latencies returns the duration of every OK HTTP request so far (sending to the end of the body), in the
+// order they finished: what a report's percentiles are computed from.
+func (l *Load) Latencies() []time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.lat)
+}
 
 // Done returns a channel that is closed when the generator has finished.
 func (l *Load) Done() <-chan struct{} { return l.done }
@@ -304,6 +313,7 @@ func (l *Load) request(ctx context.Context, rt http.RoundTripper, u string, time
 		return false
 	}
 	l.update(func(r *Result) { r.Sent++ })
+	began := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
@@ -335,6 +345,12 @@ func (l *Load) request(ctx context.Context, rt http.RoundTripper, u string, time
 	}
 	if err != nil {
 		class = classify(err)
+	}
+	if class == "" {
+		took := time.Since(began)
+		l.mu.Lock()
+		l.lat = append(l.lat, took)
+		l.mu.Unlock()
 	}
 	l.finish(ctx, class)
 	return class == ""

@@ -22,7 +22,7 @@ const MaxSleep = 10 * time.Minute
 //     Any other path answers 404.
 //   - TCPAddr echoes every byte back until the peer closes.
 //
-// Both listen on 127.0.0.1 with a kernel-chosen port.
+// Both listen on 127.0.0.1 with a kernel-chosen port (StartUpstream) or where StartUpstreamOn says.
 type Upstream struct {
 	HTTPAddr string // "127.0.0.1:PORT" of the HTTP server
 	TCPAddr  string // "127.0.0.1:PORT" of the TCP echo server
@@ -37,13 +37,17 @@ type Upstream struct {
 	closeOnce sync.Once
 }
 
-// StartUpstream starts an Upstream; Close stops it.
-func StartUpstream() (*Upstream, error) {
-	httpLn, err := net.Listen("tcp", "127.0.0.1:0")
+// StartUpstream starts an Upstream on 127.0.0.1; Close stops it.
+func StartUpstream() (*Upstream, error) { return StartUpstreamOn("127.0.0.1:0", "127.0.0.1:0") }
+
+// StartUpstreamOn starts an Upstream whose HTTP server listens on httpAddr and whose TCP echo server listens
+// on tcpAddr (for instance ":8080" in a container: test/e2e's upstream image runs it so); Close stops it.
+func StartUpstreamOn(httpAddr, tcpAddr string) (*Upstream, error) {
+	httpLn, err := net.Listen("tcp", httpAddr)
 	if err != nil {
 		return nil, err
 	}
-	tcpLn, err := net.Listen("tcp", "127.0.0.1:0")
+	tcpLn, err := net.Listen("tcp", tcpAddr)
 	if err != nil {
 		httpLn.Close()
 		return nil, err

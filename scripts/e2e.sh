@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
+# Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2), builds
+# the Kubernetes binaries and containerd 2 into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
+# warm), Helm (scripts/helm-binary.sh), Envoy 1.40.0 (scripts/install-envoy.sh), then runs the test binary, which
+# starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
+# `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
+# as -test.run does).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+
+if [ "$(id -u)" != 0 ]; then
+  echo "e2e: needs root (kubelet, containerd and the bridge do)" >&2
+  exit 1
+fi
+need=()
+command -v runc >/dev/null || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v iptables >/dev/null || need+=(iptables)
+command -v nft >/dev/null || need+=(nftables)
+command -v conntrack >/dev/null || need+=(conntrack)
+command -v ip >/dev/null || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "e2e: installing ${need[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+./scripts/install-envoy.sh >/dev/null
+KUBE_BINARIES="etcd kube-apiserver kubectl kubelet kube-proxy kube-controller-manager kube-scheduler" \
+  ./scripts/kube-binaries.sh >/dev/null
+./scripts/kube-binaries.sh --containerd >/dev/null
+./scripts/helm-binary.sh >/dev/null # the chart (the webhook) is installed with it
+echo "e2e: binaries ready after $((SECONDS - start)) s" >&2
+
+mkdir -p bin
+go test -c -race -tags e2e -o bin/e2e.test ./test/e2e
+report=${E2E_REPORT:-$PWD/test/e2e/results/REPORT.md}
+# The test binary runs directly (not under `go test`), so that ^C reaches it and its teardown runs.
+cd test/e2e
+E2E_REPORT=$report ../../bin/e2e.test -test.v -test.count=1 -test.timeout=75m ${E2E_RUN:+-test.run "$E2E_RUN"}
+echo "e2e: done in $((SECONDS - start)) s; report: $report" >&2

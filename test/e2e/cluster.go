@@ -1,0 +1,636 @@
+//go:build e2e && linux
+
+// Package e2e runs shutdown-manager on a real single-node Kubernetes cluster built on this machine (etcd,
+// kube-apiserver, controller-manager, scheduler, kubelet, kube-proxy, containerd 2, runc, a CNI bridge), rolls
+// injected Envoy pods under load and counts every failed request. `make e2e` runs it; it needs root.
+// ../../../shared/LOCAL-KUBERNETES.md (kept by the project's lead) has the facts the harness is built on.
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+)
+
+// The cluster's network: a bridge of its own (a distinctive name: the machine is shared), a private pod subnet whose
+// first address is the node's (kubelet, the API server and kube-proxy use it, nothing touches eth0), and a Service
+// range routed onto the bridge so that ClusterIP traffic never follows the default route.
+const (
+	Bridge      = "smgre2e0"
+	PodCIDR     = "10.213.0.0/24"
+	NodeIP      = "10.213.0.1"
+	ServiceCIDR = "10.213.128.0/24"
+	NodeName    = "smgr-e2e-node"
+)
+
+// The node binaries besides the Kubernetes ones (Debian packages; .ci/run installs them).
+var hostTools = []string{"runc", "iptables", "ip6tables", "nft", "conntrack", "ip", "ldd"}
+
+// cniBinDir is where Debian's containernetworking-plugins puts the plugins.
+const cniBinDir = "/usr/lib/cni"
+
+// kubeBinaries are the Kubernetes binaries the cluster runs.
+var kubeBinaries = []string{"etcd", "kube-apiserver", "kubectl", "kubelet", "kube-proxy", "kube-controller-manager", "kube-scheduler"}
+
+// containerdBinaries are built by scripts/kube-binaries.sh from tools/containerd.
+var containerdBinaries = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
+
+// Cluster is a running single-node cluster. Start registers its teardown with the test.
+type Cluster struct {
+	API *kubetest.APIServer
+	// Dir holds everything: configs, containerd's root and state, kubelet's root, logs (LogDir).
+	Dir    string
+	LogDir string
+	// Socket is containerd's socket.
+	Socket     string
+	kubeBin    string
+	ctrdBin    string
+	host       *hostState
+	containerd *proc
+	kubelet    *proc
+	kubeProxy  *proc
+	managers   []*proc // controller-manager, scheduler
+}
+
+// unavailable fails the test when CI=true (a machine that cannot run the cluster must not pass CI) and skips it
+// elsewhere; both say why.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("CI=true and this machine cannot run the e2e cluster: %s", msg)
+	}
+	tb.Skipf("this machine cannot run the e2e cluster: %s", msg)
+}
+
+// StartCluster builds nothing: it needs the Kubernetes and containerd binaries in the cache of
+// scripts/kube-binaries.sh (make e2e builds them) and the Debian tools. It writes the images, starts the cluster and
+// waits until the node is Ready. Teardown (registered with tb, so it runs on failure and, through the signal
+// context of TestMain, on interrupt) goes in the order LOCAL-KUBERNETES.md found to work.
+func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		unavailable(tb, "not root (kubelet, containerd and the bridge need root)")
+	}
+	for _, t := range hostTools {
+		if _, err := exec.LookPath(t); err != nil {
+			unavailable(tb, "no %s on PATH (install runc iptables nftables conntrack iproute2: .ci/run does)", t)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
+		unavailable(tb, "no CNI bridge plugin in %s (apt-get install containernetworking-plugins)", cniBinDir)
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/memory"); err != nil {
+		if _, err2 := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err2 != nil {
+			unavailable(tb, "no cgroup filesystem at /sys/fs/cgroup")
+		}
+	}
+	if ifc, err := net.InterfaceByName(Bridge); err == nil {
+		tb.Fatalf("the bridge %s exists already (index %d): another e2e cluster runs, or a killed run left it (ip link del %s)", Bridge, ifc.Index, Bridge)
+	}
+	kubeBin, err := kubetest.BinDir(kubeBinaries...)
+	if err != nil {
+		unavailable(tb, "%v", err)
+	}
+	ctrdBin, err := binDir("--print-containerd-dir", containerdBinaries, "scripts/kube-binaries.sh")
+	if err != nil {
+		unavailable(tb, "%v", err)
+	}
+	host, err := recordHost()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "smgr-e2e-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	c := &Cluster{Dir: dir, LogDir: filepath.Join(dir, "logs"), Socket: filepath.Join(dir, "containerd", "containerd.sock"),
+		kubeBin: kubeBin, ctrdBin: ctrdBin, host: host}
+	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.teardownHost(tb) })
+	if err := c.setUpNetwork(); err != nil {
+		tb.Fatalf("setting up the network: %v", err)
+	}
+
+	began := time.Now()
+	c.API = kubetest.StartWith(tb, kubetest.Config{BindAddress: NodeIP, AdvertiseAddress: NodeIP, ServiceClusterIPRange: ServiceCIDR})
+	tb.Cleanup(func() {
+		for _, p := range c.managers {
+			p.stop(5 * time.Second)
+		}
+	})
+	if err := c.startManagers(); err != nil {
+		tb.Fatalf("starting the controller-manager and scheduler: %v", err)
+	}
+	tb.Cleanup(func() { c.stopContainerd(tb) })
+	if err := c.startContainerd(ctx); err != nil {
+		tb.Fatalf("starting containerd: %v", err)
+	}
+	imagesStart := time.Now()
+	archive := filepath.Join(dir, "images.tar")
+	envoyBin, err := envoyBinary(root)
+	if err != nil {
+		unavailable(tb, "%v", err)
+	}
+	if err := writeImages(ctx, root, dir, envoyBin, archive); err != nil {
+		tb.Fatalf("writing the images: %v", err)
+	}
+	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
+		tb.Fatalf("importing the images: %v: %s", err, out)
+	}
+	tb.Logf("images written and imported in %s", time.Since(imagesStart).Round(time.Millisecond))
+	tb.Cleanup(func() { c.stopNode(tb) })
+	if err := c.startNode(); err != nil {
+		tb.Fatalf("starting kubelet and kube-proxy: %v", err)
+	}
+	tb.Cleanup(func() { c.diagnose(tb) })
+	// Polled, not `kubectl wait`: that fails at once while the node is not registered yet.
+	if err := poll(ctx, 3*time.Minute, func() error {
+		out, err := c.kubectl(ctx, "get", "node", NodeName, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].status}`)
+		if err == nil && strings.TrimSpace(out) != "True" {
+			err = fmt.Errorf("Ready is %q", out)
+		}
+		return err
+	}); err != nil {
+		tb.Fatalf("the node is not Ready: %v\nkubelet log %s:\n%s", err, c.kubelet.logPath, c.kubelet.tail(30))
+	}
+	tb.Logf("cluster up in %s (everything in %s, logs in %s)", time.Since(began).Round(time.Millisecond), dir, c.LogDir)
+	return c
+}
+
+// binDir asks script (scripts/kube-binaries.sh, scripts/helm-binary.sh) where the named binaries are, so that the
+// cache key is computed in one place, and checks they are there.
+func binDir(flag string, names []string, script string) (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	out, err := exec.Command("bash", filepath.Join(root, script), flag).Output()
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w", script, flag, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	for _, n := range names {
+		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+			return "", fmt.Errorf("no %s in %s: make e2e builds it (scripts/e2e.sh)", n, dir)
+		}
+	}
+	return dir, nil
+}
+
+func repoRoot() (string, error) {
+	d, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for ; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "scripts/kube-binaries.sh")); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("no scripts/kube-binaries.sh above the working directory")
+		}
+	}
+}
+
+// setUpNetwork creates the bridge with the node's address (the API server binds it before any pod exists), routes
+// the Service range onto it, turns forwarding on and drops whatever would be forwarded between the bridge and any
+// other interface: pods reach the node and each other, nothing else.
+func (c *Cluster) setUpNetwork() error {
+	steps := [][]string{
+		{"ip", "link", "add", Bridge, "type", "bridge"},
+		{"ip", "addr", "add", NodeIP + "/24", "dev", Bridge},
+		{"ip", "link", "set", Bridge, "up"},
+		{"ip", "route", "add", ServiceCIDR, "dev", Bridge, "src", NodeIP},
+		{"iptables", "-w", "-I", "FORWARD", "1", "-i", Bridge, "!", "-o", Bridge, "-j", "DROP"},
+		{"iptables", "-w", "-I", "FORWARD", "1", "-o", Bridge, "!", "-i", Bridge, "-j", "DROP"},
+	}
+	for _, s := range steps {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %w: %s", strings.Join(s, " "), err, out)
+		}
+	}
+	if err := setSysctl("net/ipv4/ip_forward", "1"); err != nil {
+		return err
+	}
+	// kube-proxy's ClusterIP rules see bridged traffic only with this (1 already on these machines).
+	_ = setSysctl("net/bridge/bridge-nf-call-iptables", "1")
+	return nil
+}
+
+// freePort returns a port of host that was free a moment ago.
+func freePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (c *Cluster) startManagers() error {
+	cmPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	cm, err := startProc("kube-controller-manager", filepath.Join(c.LogDir, "kube-controller-manager.log"), nil,
+		filepath.Join(c.kubeBin, "kube-controller-manager"),
+		"--kubeconfig="+c.API.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(cmPort),
+		"--service-account-private-key-file="+c.API.ServiceAccountKey,
+		"--root-ca-file="+c.API.CAFile,
+		"--cluster-cidr="+PodCIDR,
+		"--service-cluster-ip-range="+ServiceCIDR,
+		"--use-service-account-credentials=false",
+	)
+	if err != nil {
+		return err
+	}
+	c.managers = append(c.managers, cm)
+	schedPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	sched, err := startProc("kube-scheduler", filepath.Join(c.LogDir, "kube-scheduler.log"), nil,
+		filepath.Join(c.kubeBin, "kube-scheduler"),
+		"--kubeconfig="+c.API.Kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(schedPort),
+	)
+	if err != nil {
+		return err
+	}
+	c.managers = append(c.managers, sched)
+	return nil
+}
+
+// containerdConfig is containerd's configuration (version 2, which containerd 2 migrates on load): everything
+// under the run directory, runc with a root of its own, cgroupfs, overlayfs, our pause image, CNI from Debian's
+// plugins with our bridge, and the sandbox's fix: this kernel refuses a negative oom_score_adj. NRI is off (it would
+// create /run/nri/nri.sock).
+const containerdConfig = `version = 2
+root = %[1]q
+state = %[2]q
+disabled_plugins = ["io.containerd.nri.v1.nri"]
+[grpc]
+  address = %[3]q
+[ttrpc]
+  address = %[4]q
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]q
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %[6]q
+  restrict_oom_score_adj = true
+  enable_selinux = false
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = %[7]q
+        Root = %[8]q
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %[9]q
+    conf_dir = %[10]q
+`
+
+// cniConfig is the bridge network: host-local addresses from PodCIDR (its state in the run directory), no
+// masquerading (pods talk only to the node and each other), hairpin so that a pod reaches itself through a Service.
+const cniConfig = `{
+  "cniVersion": "1.0.0",
+  "name": "smgr-e2e",
+  "plugins": [{
+    "type": "bridge",
+    "bridge": %q,
+    "isGateway": true,
+    "ipMasq": false,
+    "hairpinMode": true,
+    "ipam": {
+      "type": "host-local",
+      "ranges": [[{"subnet": %q, "gateway": %q}]],
+      "routes": [{"dst": "0.0.0.0/0"}],
+      "dataDir": %q
+    }
+  }]
+}
+`
+
+func (c *Cluster) startContainerd(ctx context.Context) error {
+	d := filepath.Join(c.Dir, "containerd")
+	cniDir := filepath.Join(c.Dir, "cni")
+	for _, p := range []string{d, cniDir} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(containerdConfig, filepath.Join(d, "root"), filepath.Join(d, "state"), c.Socket, c.Socket+".ttrpc",
+		filepath.Join(d, "opt"), "docker.io/"+PauseImage, runc, filepath.Join(d, "runc"), cniBinDir, cniDir)
+	cfgPath := filepath.Join(d, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	cni := fmt.Sprintf(cniConfig, Bridge, PodCIDR, NodeIP, filepath.Join(c.Dir, "cni-ipam"))
+	if err := os.WriteFile(filepath.Join(cniDir, "10-smgr-e2e.conflist"), []byte(cni), 0o644); err != nil {
+		return err
+	}
+	// The shim is found on PATH: ours first.
+	p, err := startProc("containerd", filepath.Join(c.LogDir, "containerd.log"),
+		[]string{"PATH=" + c.ctrdBin + ":" + os.Getenv("PATH")},
+		filepath.Join(c.ctrdBin, "containerd"), "--config", cfgPath)
+	if err != nil {
+		return err
+	}
+	c.containerd = p
+	return poll(ctx, time.Minute, func() error {
+		if !p.alive() {
+			return fmt.Errorf("containerd exited (%v); end of %s:\n%s", p.err, p.logPath, p.tail(20))
+		}
+		_, err := c.ctr(ctx, "version")
+		return err
+	})
+}
+
+// ctr runs containerd's ctr against our containerd in the k8s.io namespace (the one kubelet's pods use).
+func (c *Cluster) ctr(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.ctrdBin, "ctr"), append([]string{"--address", c.Socket, "-n", "k8s.io"}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr // where ctr warns that cgroup v1 is deprecated, on every run
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return string(out), nil
+}
+
+// kubeletConfig: the sandbox fixes (cgroups v1, cgroupfs), the node's address on the bridge, anonymous access
+// allowed (the API server calls kubelet for logs and exec without a client certificate; kubelet listens only on the
+// bridge), every directory kubelet lets us choose under the run directory, and eviction thresholds low enough that
+// a busy shared disk never evicts the test's pods.
+const kubeletConfig = `apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %[1]s
+port: %[2]d
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: %[3]d
+authentication:
+  anonymous: {enabled: true}
+  webhook: {enabled: false}
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+containerRuntimeEndpoint: unix://%[4]s
+imageServiceEndpoint: unix://%[4]s
+podLogsDir: %[5]s
+volumePluginDir: %[6]s
+evictionHard:
+  memory.available: 1Mi
+  nodefs.available: 1%%
+  nodefs.inodesFree: 1%%
+  imagefs.available: 1%%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+`
+
+// kubeProxyConfig: iptables mode on the pod subnet only; conntrack settings 0 so that kube-proxy changes no
+// sysctl; no localhost NodePorts (they need route_localnet).
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: %[1]s
+mode: iptables
+hostnameOverride: %[2]s
+clusterCIDR: %[3]s
+nodePortAddresses: [%[3]s]
+bindAddress: %[4]s
+healthzBindAddress: 127.0.0.1:%[5]d
+metricsBindAddress: 127.0.0.1:%[6]d
+iptables:
+  localhostNodePorts: false
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+`
+
+func (c *Cluster) startNode() error {
+	kd := filepath.Join(c.Dir, "kubelet")
+	if err := os.MkdirAll(kd, 0o755); err != nil {
+		return err
+	}
+	port, err := freePort(NodeIP)
+	if err != nil {
+		return err
+	}
+	hz, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	cfg := fmt.Sprintf(kubeletConfig, NodeIP, port, hz, c.Socket, filepath.Join(c.Dir, "pod-logs"), filepath.Join(c.Dir, "volume-plugins"))
+	cfgPath := filepath.Join(c.Dir, "kubelet.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return err
+	}
+	c.kubelet, err = startProc("kubelet", filepath.Join(c.LogDir, "kubelet.log"), nil, filepath.Join(c.kubeBin, "kubelet"),
+		"--config="+cfgPath,
+		"--kubeconfig="+c.API.Kubeconfig,
+		"--root-dir="+kd,
+		"--node-ip="+NodeIP,
+		"--hostname-override="+NodeName,
+		"--v=2",
+	)
+	if err != nil {
+		return err
+	}
+	hz2, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	metrics, err := freePort("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	pcfg := fmt.Sprintf(kubeProxyConfig, c.API.Kubeconfig, NodeName, PodCIDR, NodeIP, hz2, metrics)
+	pcfgPath := filepath.Join(c.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(pcfgPath, []byte(pcfg), 0o644); err != nil {
+		return err
+	}
+	c.kubeProxy, err = startProc("kube-proxy", filepath.Join(c.LogDir, "kube-proxy.log"), nil, filepath.Join(c.kubeBin, "kube-proxy"),
+		"--config="+pcfgPath)
+	return err
+}
+
+// kubectl runs kubectl against the cluster, bounded by ctx and two minutes.
+func (c *Cluster) kubectl(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
+	defer cancel()
+	out, err := c.API.Command(ctx, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("kubectl %s: %w", strings.Join(args, " "), err)
+	}
+	return string(out), nil
+}
+
+// diagnose prints, when the test failed, what tells why: pods, events, and the end of every log.
+func (c *Cluster) diagnose(tb testing.TB) {
+	if !tb.Failed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, args := range [][]string{
+		{"get", "pods", "-A", "-o", "wide"},
+		{"get", "events", "-A", "--sort-by=.lastTimestamp"},
+	} {
+		out, err := c.kubectl(ctx, args...)
+		tb.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
+	}
+	for _, p := range append([]*proc{c.kubelet, c.containerd, c.kubeProxy}, c.managers...) {
+		if p != nil {
+			tb.Logf("end of %s (%s):\n%s", p.name, p.logPath, p.tail(25))
+		}
+	}
+}
+
+// stopNode is the first half of the teardown: the pods go (short grace; a deleted Deployment would leave them
+// their full grace period), then their containers (they linger until kubelet's minute GC otherwise), then
+// kube-proxy's rules, kube-proxy, kubelet, and the chains kubelet keeps re-creating while it runs.
+func (c *Cluster) stopNode(tb testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if c.kubelet != nil && c.kubelet.alive() {
+		_, _ = c.kubectl(ctx, "delete", "deployments,replicasets,daemonsets,statefulsets,jobs", "--all", "-A", "--cascade=orphan", "--wait=false")
+		_, _ = c.kubectl(ctx, "delete", "pods", "--all", "-A", "--grace-period=1", "--wait=false")
+		if err := poll(ctx, 2*time.Minute, func() error {
+			out, err := c.kubectl(ctx, "get", "pods", "-A", "-o", "name")
+			if err == nil && strings.TrimSpace(out) != "" {
+				return fmt.Errorf("pods left: %s", out)
+			}
+			return err
+		}); err != nil {
+			tb.Errorf("teardown: the pods did not go: %v", err)
+		}
+		if err := poll(ctx, 2*time.Minute, func() error {
+			out, err := c.ctr(ctx, "tasks", "ls", "-q")
+			if err == nil && strings.TrimSpace(out) != "" {
+				return fmt.Errorf("tasks left: %s", out)
+			}
+			return err
+		}); err != nil {
+			tb.Errorf("teardown: the containers did not stop: %v", err)
+		}
+	}
+	if out, err := exec.Command(filepath.Join(c.kubeBin, "kube-proxy"), "--cleanup").CombinedOutput(); err != nil {
+		tb.Logf("teardown: kube-proxy --cleanup: %v: %s", err, lastLines(string(out), 5))
+	}
+	c.kubeProxy.stop(5 * time.Second)
+	c.kubelet.stop(10 * time.Second)
+	for _, err := range c.host.removeKubeChains() {
+		tb.Errorf("teardown: %v", err)
+	}
+}
+
+// stopContainerd stops containerd, then any shim of ours it left (found by our socket path, killed by PID).
+func (c *Cluster) stopContainerd(tb testing.TB) {
+	c.containerd.stop(10 * time.Second)
+	for _, pid := range shimsOf(c.Socket) {
+		tb.Logf("teardown: killing leftover shim %d", pid)
+		if p, err := os.FindProcess(pid); err == nil {
+			_ = p.Kill()
+		}
+	}
+}
+
+// teardownHost is the last step, after the control plane: mounts under the run directory, cgroups, the bridge
+// (its route goes with it), our FORWARD rules, new nft tables, the host directories the cluster created, sysctls;
+// then the run directory, whose logs are kept when the test failed.
+func (c *Cluster) teardownHost(tb testing.TB) {
+	var errs []error
+	errs = append(errs, unmountUnder(c.Dir)...)
+	errs = append(errs, c.host.removeCgroups()...)
+	for _, s := range [][]string{
+		{"iptables", "-w", "-D", "FORWARD", "-i", Bridge, "!", "-o", Bridge, "-j", "DROP"},
+		{"iptables", "-w", "-D", "FORWARD", "-o", Bridge, "!", "-i", Bridge, "-j", "DROP"},
+		{"ip", "link", "del", Bridge},
+	} {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil && !strings.Contains(string(out), "Cannot find device") &&
+			!strings.Contains(string(out), "does a matching rule exist") {
+			errs = append(errs, fmt.Errorf("%s: %w: %s", strings.Join(s, " "), err, out))
+		}
+	}
+	errs = append(errs, c.host.removeNftTables()...)
+	errs = append(errs, c.host.removePaths()...)
+	restored, serrs := c.host.restoreSysctls()
+	errs = append(errs, serrs...)
+	if len(restored) > 0 {
+		tb.Logf("teardown: sysctls restored: %s", strings.Join(restored, ", "))
+	}
+	for _, err := range errs {
+		tb.Errorf("teardown: %v", err)
+	}
+	if tb.Failed() {
+		entries, _ := os.ReadDir(c.Dir)
+		for _, e := range entries {
+			if e.Name() != "logs" {
+				_ = os.RemoveAll(filepath.Join(c.Dir, e.Name()))
+			}
+		}
+		tb.Logf("test failed: the cluster's logs are kept in %s", c.LogDir)
+		return
+	}
+	if err := os.RemoveAll(c.Dir); err != nil {
+		tb.Errorf("teardown: removing %s: %v", c.Dir, err)
+	}
+}
+
+// poll calls f until it returns nil, ctx ends or timeout passes (then the last error).
+func poll(ctx context.Context, timeout time.Duration, f func() error) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,629 @@
+//go:build e2e && linux
+
+package e2e
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// interrupted ends on SIGINT or SIGTERM: every wait of the test selects on it, so an interrupted run fails its
+// test at once and the teardown (the test's cleanups) runs before the process exits.
+var interrupted context.Context
+
+func TestMain(m *testing.M) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	interrupted = ctx
+	code := m.Run()
+	stop()
+	os.Exit(code)
+}
+
+// A scenario deploys the Envoy Deployment of deploy/ (3 replicas) in a namespace of its own, runs the load through
+// its Service and ends Envoy pods while it runs.
+type scenario struct {
+	name   string
+	inject []string // shutdown-manager inject's flags; nil: no injection (the negative control)
+	// action ends pods: "delete-pod" (the oldest), "rollout" (kubectl rollout restart: all three),
+	// "kill-sidecar" (the manager's container of one pod killed; nothing must drain), "tcp-deadline" (one replica
+	// holding a TCP connection that never closes is deleted: it must end at the drain deadline).
+	action string
+	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
+	control bool
+}
+
+// tcpDrainTimeout is the drain timeout of the tcp-deadline scenario: well under the grace period (45 s in
+// deploy/), so that a pod that ends at the drain deadline is told apart from one killed at the grace period.
+const tcpDrainTimeout = 15 * time.Second
+
+// injectVia is how the Envoy pods get the manager: "webhook" (the Helm chart installed, the namespace labelled,
+// the settings as pod annotations: what a user does) or "cli" (`shutdown-manager inject` on the manifests);
+// $E2E_INJECT chooses, webhook by default.
+var injectVia = cmp.Or(os.Getenv("E2E_INJECT"), "webhook")
+
+var scenarios = []scenario{
+	{name: "hook-delete-pod", inject: []string{"--mode=hook"}, action: "delete-pod"},
+	{name: "control-delete-pod", inject: nil, action: "delete-pod", control: true},
+	{name: "hook-image-volume-delete-pod", inject: []string{"--mode=hook", "--binary-from=image-volume"}, action: "delete-pod"},
+	{name: "sidecar-delete-pod", inject: []string{"--mode=sidecar"}, action: "delete-pod"},
+	{name: "agent-delete-pod", inject: []string{"--mode=agent"}, action: "delete-pod"},
+	{name: "agent-image-volume-delete-pod", inject: []string{"--mode=agent", "--binary-from=image-volume"}, action: "delete-pod"},
+	{name: "hook-rollout", inject: []string{"--mode=hook"}, action: "rollout"},
+	{name: "sidecar-rollout", inject: []string{"--mode=sidecar"}, action: "rollout"},
+	{name: "agent-rollout", inject: []string{"--mode=agent"}, action: "rollout"},
+	{name: "control-rollout", inject: nil, action: "rollout", control: true},
+	{name: "sidecar-kill-manager", inject: []string{"--mode=sidecar"}, action: "kill-sidecar"},
+	{name: "webhook-down", inject: nil, action: "webhook-down"},
+	{name: "hook-tcp-deadline", inject: []string{"--mode=hook", "--drain-timeout=" + tcpDrainTimeout.String()}, action: "tcp-deadline"},
+}
+
+// row is one scenario's line of the report.
+type row struct {
+	scenario       scenario
+	sent, failed   int64
+	errors         map[string]int64
+	p99            time.Duration
+	drain          []string // per ended pod: the manager's "drain finished" outcome and duration
+	gone           time.Duration
+	idle           testbed.PoolCounts
+	connectionShut int64
+	pass           bool
+	note           string
+}
+
+func TestE2E(t *testing.T) {
+	ctx := interrupted
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := StartCluster(ctx, t, root)
+	manager := filepath.Join(c.Dir, "shutdown-manager")
+	build := exec.CommandContext(ctx, "go", "build", "-o", manager, "./cmd/shutdown-manager")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building shutdown-manager: %v: %s", err, out)
+	}
+	up, err := upstreamManifests(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(ctx, t, c, "create", "namespace", UpstreamNamespace)
+	applyText(ctx, t, c, UpstreamNamespace, up)
+	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "rollout", "status", "deployment/echo", "--timeout=180s")
+
+	if injectVia == "webhook" {
+		installChart(ctx, t, c, root)
+	}
+
+	var rows []row
+	for _, s := range scenarios {
+		if s.action == "webhook-down" && injectVia != "webhook" {
+			continue
+		}
+		ok := t.Run(s.name, func(t *testing.T) {
+			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
+			defer func() { rows = append(rows, r) }() // a scenario that stopped early is in the report too
+			r = runScenario(ctx, t, c, root, manager, s)
+		})
+		if !ok && ctx.Err() != nil {
+			break
+		}
+	}
+	if p := os.Getenv("E2E_REPORT"); p != "" {
+		if err := writeReport(p, c, rows); err != nil {
+			t.Errorf("writing the report: %v", err)
+		}
+	}
+}
+
+func mustKubectl(ctx context.Context, t *testing.T, c *Cluster, args ...string) string {
+	t.Helper()
+	out, err := c.kubectl(ctx, args...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	return out
+}
+
+func applyText(ctx context.Context, t *testing.T, c *Cluster, ns, text string) {
+	t.Helper()
+	cmd := c.API.Command(ctx, "-n", ns, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(text)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("kubectl apply in %s: %v\n%s", ns, err, out)
+	}
+}
+
+// envoyPods returns the names of the Envoy pods of ns that are not being deleted, oldest first.
+func envoyPods(ctx context.Context, t *testing.T, c *Cluster, ns string) []string {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "--sort-by=.metadata.creationTimestamp",
+		"-o", `go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}{{"\n"}}{{end}}{{end}}`)
+	return strings.Fields(out)
+}
+
+// loads is the traffic of one scenario, from the host to the Envoy Service's ClusterIP.
+type loads struct {
+	keepAlive, http2, long *testbed.Load
+	idle                   *testbed.Pool
+}
+
+// LongRequest is longer than the minimum drain duration (inject's default, 5 s) plus the load's warm-up
+// (loadWarmUp): the long requests in flight when a drain starts end well after the minimum, so the drain must wait
+// for them (with 8 s, the first ones ended 8 - 3 = 5 s into the drain, and the drain never waited past its minimum).
+const LongRequest = 12 * time.Second
+
+// loadWarmUp is how long the load runs before a pod is ended: every kind of connection is open on every pod.
+const loadWarmUp = 3 * time.Second
+
+func startLoads(ctx context.Context, t *testing.T, addr string) *loads {
+	t.Helper()
+	idle, err := testbed.IdlePool(ctx, addr, 4)
+	if err != nil {
+		t.Fatalf("opening the idle keep-alive pool: %v", err)
+	}
+	return &loads{
+		keepAlive: testbed.KeepAlive(ctx, addr, 6, 20*time.Millisecond, "/"),
+		http2:     testbed.HTTP2(ctx, addr, 4, "/"),
+		// Fifteen clients: kube-proxy spreads connections at random, and the pod a scenario deletes has none of
+		// them in (2/3)^15 = 0.2% of runs (the delete-pod control then may lose nothing; its rollout variant ends
+		// every pod and cannot miss). With nine (2.6%), one run's deleted control pod had a single one.
+		long: testbed.KeepAlive(ctx, addr, 15, 0, "/sleep?d="+LongRequest.String()),
+		idle: idle,
+	}
+}
+
+// finish lets the requests in flight end (no new ones) and sums the counts.
+func (l *loads) finish() (testbed.Result, []time.Duration) {
+	sum := testbed.Result{Errors: map[string]int64{}}
+	var lat []time.Duration
+	for _, g := range []*testbed.Load{l.keepAlive, l.http2, l.long} {
+		g.Drain()
+		r := g.Wait()
+		sum.Sent += r.Sent
+		sum.OK += r.OK
+		sum.Failed += r.Failed
+		sum.Canceled += r.Canceled
+		sum.ConnectionClose += r.ConnectionClose
+		for k, v := range r.Errors {
+			sum.Errors[k] += v
+		}
+		lat = append(lat, g.Latencies()...)
+	}
+	l.idle.Close()
+	return sum, lat
+}
+
+// waitOK polls GET / through addr until it answers 200: the Service has endpoints and kube-proxy rules.
+func waitOK(ctx context.Context, addr string) error {
+	return poll(ctx, 2*time.Minute, func() error {
+		l := testbed.KeepAlive(ctx, addr, 1, 0, "/")
+		time.AfterFunc(300*time.Millisecond, l.Drain)
+		if r := l.Wait(); r.OK == 0 {
+			return fmt.Errorf("no answer through %s: %s", addr, r)
+		}
+		return nil
+	})
+}
+
+// logFollower copies `kubectl logs -f` of a container into a buffer until the pod is gone.
+type logFollower struct {
+	mu   sync.Mutex
+	text strings.Builder
+	done chan struct{}
+}
+
+func followLogs(ctx context.Context, c *Cluster, ns, pod, container string) *logFollower {
+	f := &logFollower{done: make(chan struct{})}
+	cmd := c.API.Command(ctx, "-n", ns, "logs", "-f", pod, "-c", container)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		close(f.done)
+		return f
+	}
+	if err := cmd.Start(); err != nil {
+		close(f.done)
+		return f
+	}
+	go func() {
+		defer close(f.done)
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			f.mu.Lock()
+			f.text.WriteString(sc.Text() + "\n")
+			f.mu.Unlock()
+		}
+		_ = cmd.Wait()
+	}()
+	return f
+}
+
+// drainResults returns "outcome duration" of every "drain finished" line of the manager's JSON log.
+func (f *logFollower) drainResults() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var res []string
+	for _, line := range strings.Split(f.text.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil || m["msg"] != "drain finished" {
+			continue
+		}
+		res = append(res, fmt.Sprintf("%v in %v", m["outcome"], m["duration"]))
+	}
+	return res
+}
+
+// managerContainer is the container whose stdout carries the manager's log in each mode.
+func managerContainer(s scenario) string {
+	for _, a := range s.inject {
+		if a == "--mode=sidecar" {
+			return "shutdown-manager"
+		}
+	}
+	return "envoy"
+}
+
+func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager string, s scenario) row {
+	r := row{scenario: s}
+	ns := "e2e-" + s.name
+	var text string
+	var err error
+	if injectVia == "webhook" {
+		text, err = annotatedManifests(root, s.inject)
+	} else {
+		text, err = envoyManifests(ctx, root, manager, s.inject)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	if injectVia == "webhook" && (s.inject != nil || s.action == "webhook-down") {
+		mustKubectl(ctx, t, c, "label", "namespace", ns, "shutdown-manager.io/inject=enabled")
+	}
+	if s.action == "webhook-down" {
+		return runWebhookDown(ctx, t, c, ns, text, r)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = c.kubectl(cctx, "delete", "namespace", ns, "--wait=false")
+	})
+	if s.action == "tcp-deadline" {
+		// One replica: the one TCP connection certainly goes to the pod that is deleted.
+		text = strings.Replace(text, "replicas: 3", "replicas: 1", 1)
+	}
+	applyText(ctx, t, c, ns, text)
+	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	if got, want := injectedPods(ctx, t, c, ns), s.inject != nil; got != want {
+		t.Fatalf("Envoy pods injected: %v, want %v (injection %s)", got, want, injectVia)
+	}
+	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
+	addr := ip + ":80"
+	if err := waitOK(ctx, addr); err != nil {
+		t.Fatal(err)
+	}
+	switch s.action {
+	case "tcp-deadline":
+		return runTCPDeadline(ctx, t, c, ns, ip, r)
+	case "kill-sidecar":
+		return runKillSidecar(ctx, t, c, ns, addr, r)
+	}
+
+	l := startLoads(ctx, t, addr)
+	var victims []string
+	pods := envoyPods(ctx, t, c, ns)
+	switch s.action {
+	case "delete-pod":
+		victims = pods[:1]
+	case "rollout":
+		victims = pods
+	}
+	logs := map[string]*logFollower{}
+	for _, p := range victims {
+		logs[p] = followLogs(ctx, c, ns, p, managerContainer(s))
+	}
+	if !wait(ctx, loadWarmUp) {
+		t.Fatal("interrupted")
+	}
+	began := time.Now()
+	switch s.action {
+	case "delete-pod":
+		mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", victims[0], "--wait=false")
+	case "rollout":
+		mustKubectl(ctx, t, c, "-n", ns, "rollout", "restart", "deployment/envoy")
+	}
+	for _, p := range victims {
+		// Not rollout status: it returns before the old pods have finished draining.
+		mustKubectl(ctx, t, c, "-n", ns, "wait", "--for=delete", "pod/"+p, "--timeout=600s")
+	}
+	r.gone = time.Since(began)
+	// Traffic goes on a little after the last old pod is gone: what it sent last is counted too.
+	if !wait(ctx, 2*time.Second) {
+		t.Fatal("interrupted")
+	}
+	sum, lat := l.finish()
+	r.sent, r.failed, r.errors, r.connectionShut = sum.Sent, sum.Failed, sum.Errors, sum.ConnectionClose
+	r.idle = l.idle.Counts()
+	r.p99 = percentile(lat, 0.99)
+	for _, p := range victims {
+		f := logs[p]
+		select {
+		case <-f.done:
+		case <-time.After(10 * time.Second):
+		}
+		res := f.drainResults()
+		if len(res) == 0 {
+			res = []string{"no drain logged"}
+		}
+		r.drain = append(r.drain, res...)
+	}
+	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s old pods gone in %s; drains: %v; idle pool: %s; conn-close responses: %d",
+		s.name, r.sent, r.failed, r.errors, r.p99, r.gone.Round(time.Millisecond), r.drain, r.idle, r.connectionShut)
+	switch {
+	case ctx.Err() != nil:
+		t.Fatal("interrupted")
+	case s.control && r.failed == 0:
+		t.Errorf("the negative control (no injection) lost no request: this test cannot tell a working drain from none")
+	case !s.control && r.failed > 0:
+		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// wait waits d unless ctx ends first (it then reports false). Load duration, not synchronisation.
+func wait(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s))*p+0.5) - 1
+	return s[max(0, min(i, len(s)-1))]
+}
+
+func formatErrors(m map[string]int64) string {
+	if len(m) == 0 {
+		return "–"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// runTCPDeadline holds a TCP connection through Envoy's TCP proxy listener (Envoy never drains those) and deletes
+// the one pod: the drain must end at its deadline (outcome timeout, saying what was open) and the pod must be gone
+// before the grace period's SIGKILL would have come.
+func runTCPDeadline(ctx context.Context, t *testing.T, c *Cluster, ns, ip string, r row) row {
+	pods := envoyPods(ctx, t, c, ns)
+	if len(pods) != 1 {
+		t.Fatalf("want one Envoy pod, have %v", pods)
+	}
+	hold := testbed.TCPHold(ctx, ip+":9000", 10*time.Minute)
+	logs := followLogs(ctx, c, ns, pods[0], "envoy")
+	if !wait(ctx, 2*time.Second) {
+		t.Fatal("interrupted")
+	}
+	if res := hold.Snapshot(); res.OK == 0 || res.Failed > 0 {
+		t.Fatalf("the TCP connection through %s:9000 does not echo: %s", ip, res)
+	}
+	grace := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", pods[0], "-o", "jsonpath={.spec.terminationGracePeriodSeconds}"))
+	began := time.Now()
+	mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", pods[0], "--wait=false")
+	mustKubectl(ctx, t, c, "-n", ns, "wait", "--for=delete", "pod/"+pods[0], "--timeout=300s")
+	r.gone = time.Since(began)
+	hold.Stop()
+	res := hold.Wait()
+	r.sent, r.failed, r.errors = res.Sent, res.Failed, res.Errors
+	select {
+	case <-logs.done:
+	case <-time.After(10 * time.Second):
+	}
+	r.drain = logs.drainResults()
+	r.note = fmt.Sprintf("grace period %s s; the TCP connection ended when Envoy exited (%v)", grace, res.Errors)
+	t.Logf("%s: pod gone in %s (drain timeout %s, grace %s s); drains: %v; TCP: %s", r.scenario.name,
+		r.gone.Round(time.Millisecond), tcpDrainTimeout, grace, r.drain, res)
+	var graceSeconds int
+	fmt.Sscan(grace, &graceSeconds)
+	switch {
+	case len(r.drain) != 1 || !strings.HasPrefix(r.drain[0], "timeout"):
+		t.Errorf("want one drain that ended at its deadline (outcome timeout), the manager logged %v", r.drain)
+	case r.gone >= time.Duration(graceSeconds)*time.Second:
+		t.Errorf("the pod took %s to go, not less than its grace period (%d s): it was killed, not ended at the drain deadline", r.gone, graceSeconds)
+	case r.gone < tcpDrainTimeout:
+		t.Errorf("the pod went after %s, before the drain deadline (%s), with a connection open", r.gone, tcpDrainTimeout)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// runKillSidecar kills the manager's container of one pod (SIGKILL through containerd, as an OOM kill would):
+// kubelet restarts it, and Envoy must stay ready, start no drain and lose no request.
+func runKillSidecar(ctx context.Context, t *testing.T, c *Cluster, ns, addr string, r row) row {
+	l := startLoads(ctx, t, addr)
+	pod := envoyPods(ctx, t, c, ns)[0]
+	const sidecarID = `{range .status.initContainerStatuses[?(@.name=="shutdown-manager")]}{.containerID}{end}`
+	id := strings.TrimPrefix(strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+sidecarID)), "containerd://")
+	if id == "" {
+		t.Fatalf("pod %s has no running shutdown-manager sidecar", pod)
+	}
+	if !wait(ctx, loadWarmUp) {
+		t.Fatal("interrupted")
+	}
+	// Envoy's readiness, watched from before the kill until after the restart.
+	const envoyReady = `{range .status.containerStatuses[?(@.name=="envoy")]}{.ready}{end}`
+	const restarts = `{range .status.initContainerStatuses[?(@.name=="shutdown-manager")]}{.restartCount} {.started}{end}`
+	notReady := 0
+	began := time.Now()
+	if out, err := c.ctr(ctx, "tasks", "kill", "--signal", "SIGKILL", id); err != nil {
+		t.Fatalf("killing the sidecar: %v: %s", err, out)
+	}
+	err := poll(ctx, 2*time.Minute, func() error {
+		if v, _ := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+envoyReady); strings.TrimSpace(v) != "true" {
+			notReady++
+		}
+		v, err := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+restarts)
+		if err != nil {
+			return err
+		}
+		if f := strings.Fields(v); len(f) == 2 && f[0] != "0" && f[1] == "true" {
+			return nil
+		}
+		return fmt.Errorf("sidecar not restarted yet: %q", v)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.gone = time.Since(began)
+	if !wait(ctx, 5*time.Second) {
+		t.Fatal("interrupted")
+	}
+	if v, _ := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "jsonpath="+envoyReady); strings.TrimSpace(v) != "true" {
+		notReady++
+	}
+	sum, lat := l.finish()
+	r.sent, r.failed, r.errors, r.p99, r.idle = sum.Sent, sum.Failed, sum.Errors, percentile(lat, 0.99), l.idle.Counts()
+	logs := mustKubectl(ctx, t, c, "-n", ns, "logs", pod, "-c", "shutdown-manager")
+	prev, _ := c.kubectl(ctx, "-n", ns, "logs", pod, "-c", "shutdown-manager", "--previous")
+	drained := strings.Count(logs+prev, `"msg":"drain started"`)
+	r.drain = []string{fmt.Sprintf("%d drains started", drained)}
+	r.note = fmt.Sprintf("sidecar restarted after %s; Envoy seen not ready %d times", r.gone.Round(time.Millisecond), notReady)
+	t.Logf("%s: sent=%d failed=%d errors=%v; %s; %s", r.scenario.name, r.sent, r.failed, r.errors, r.drain[0], r.note)
+	switch {
+	case r.failed > 0:
+		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
+	case notReady > 0:
+		t.Errorf("Envoy was seen not ready %d times after its sidecar was killed", notReady)
+	case drained > 0:
+		t.Errorf("the sidecar's restart started %d drains", drained)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// ChartNamespace and ChartRelease are where the chart is installed; the release name gives the objects' names.
+const (
+	ChartNamespace = "shutdown-manager"
+	ChartRelease   = "shutdown-manager"
+)
+
+// installChart installs charts/shutdown-manager (the webhook, two replicas, failurePolicy Ignore, its own
+// certificates) with Helm, as a user would, and waits for the webhook's Deployment.
+func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
+	t.Helper()
+	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
+	if err != nil {
+		unavailable(t, "%v", err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), "install", ChartRelease, filepath.Join(root, "charts/shutdown-manager"),
+		"--namespace", ChartNamespace, "--create-namespace", "--kubeconfig", c.API.Kubeconfig,
+		"--set", "image.tag=dev", "--set", "image.pullPolicy=Never")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm install: %v\n%s", err, out)
+	}
+	mustKubectl(ctx, t, c, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=180s")
+}
+
+// injectedPods reports whether the Envoy pods of ns carry inject's status annotation (all or none: a mix fails t).
+func injectedPods(ctx context.Context, t *testing.T, c *Cluster, ns string) bool {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "-o",
+		`go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}={{if and .metadata.annotations (index .metadata.annotations "shutdown-manager.io/status")}}yes{{else}}no{{end}}{{"\n"}}{{end}}{{end}}`)
+	yes, no := strings.Count(out, "=yes"), strings.Count(out, "=no")
+	if yes > 0 && no > 0 {
+		t.Fatalf("some Envoy pods injected, some not:\n%s", out)
+	}
+	return yes > 0
+}
+
+// failOpenCount sums the API server's apiserver_admission_webhook_fail_open_count: the calls to a webhook it let
+// through (failurePolicy Ignore) because the webhook could not be called. The signal the README tells operators to
+// watch.
+func failOpenCount(ctx context.Context, t *testing.T, c *Cluster) float64 {
+	t.Helper()
+	var sum float64
+	for _, l := range strings.Split(mustKubectl(ctx, t, c, "get", "--raw", "/metrics"), "\n") {
+		if strings.HasPrefix(l, "apiserver_admission_webhook_fail_open_count{") && strings.Contains(l, "shutdown-manager") {
+			var v float64
+			if f := strings.Fields(l); len(f) == 2 {
+				fmt.Sscan(f[1], &v)
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
+// runWebhookDown scales the webhook to zero and creates the Envoy Deployment in a labelled namespace: with
+// failurePolicy Ignore the pods are created anyway, uninjected, and the API server's fail-open counter grows.
+func runWebhookDown(ctx context.Context, t *testing.T, c *Cluster, ns, text string, r row) row {
+	before := failOpenCount(ctx, t, c)
+	mustKubectl(ctx, t, c, "-n", ChartNamespace, "scale", "deployment/"+ChartRelease, "--replicas=0")
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		_, _ = c.kubectl(cctx, "-n", ChartNamespace, "scale", "deployment/"+ChartRelease, "--replicas=2")
+		_, _ = c.kubectl(cctx, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=120s")
+	})
+	if err := poll(ctx, 2*time.Minute, func() error {
+		out, err := c.kubectl(ctx, "-n", ChartNamespace, "get", "endpointslices", "-o", "jsonpath={.items[*].endpoints[*].addresses}")
+		if err == nil && strings.TrimSpace(out) != "" {
+			err = fmt.Errorf("the webhook Service still has endpoints: %s", out)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	applyText(ctx, t, c, ns, text)
+	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	r.gone = time.Since(began)
+	injected := injectedPods(ctx, t, c, ns)
+	after := failOpenCount(ctx, t, c)
+	r.note = fmt.Sprintf("3 pods created and ready in %s with the webhook at 0 replicas; injected: %v; "+
+		"apiserver_admission_webhook_fail_open_count %v -> %v", r.gone.Round(100*time.Millisecond), injected, before, after)
+	t.Logf("%s: %s", r.scenario.name, r.note)
+	switch {
+	case injected:
+		t.Errorf("pods were injected with the webhook down")
+	case after <= before:
+		t.Errorf("apiserver_admission_webhook_fail_open_count did not grow (%v -> %v): the README's signal is missing", before, after)
+	default:
+		r.pass = true
+	}
+	return r
+}

