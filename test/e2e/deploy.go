@@ -103,6 +103,11 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 	if err != nil {
 		return "", err
 	}
+	// The pods run as the ServiceAccount envoy, which may record the managers' Events on them.
+	rbac, err := readEdited(root, "deploy/common/envoy-events-rbac.yaml", nil)
+	if err != nil {
+		return "", err
+	}
 	dep, err := readEdited(root, "deploy/plain/envoy.yaml", imageEdits)
 	if err != nil {
 		return "", err
@@ -120,7 +125,7 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 		}
 		dep = string(out)
 	}
-	return cfg + "\n---\n" + svc + "\n---\n" + dep, nil
+	return rbac + "\n---\n" + cfg + "\n---\n" + svc + "\n---\n" + dep, nil
 }
 
 // annotatedManifests returns the same objects as envoyManifests without injecting them: the Deployment's pod
