@@ -104,7 +104,7 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 		return "", err
 	}
 	// The pods run as the ServiceAccount envoy, which may record the managers' Events on them.
-	rbac, err := readEdited(root, "deploy/common/envoy-events-rbac.yaml", nil)
+	rbac, err := readEdited(root, "deploy/common/envoy-events-rbac.yaml")
 	if err != nil {
 		return "", err
 	}
