@@ -375,6 +375,17 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		}
 		r.drain = append(r.drain, res...)
 	}
+	// The managers that run in Envoy's container (hook, agent: the pod's ServiceAccount token is mounted there)
+	// record DrainStarted and Drained on their own pod. (A sidecar added by the webhook gets no token mount: the
+	// ServiceAccount admission plugin runs before webhooks, so its Events are only logged.)
+	wantEvents := s.action == "delete-pod" && !s.control && !slices.Contains(s.inject, "--mode=sidecar")
+	if wantEvents {
+		reasons := podEventReasons(ctx, t, c, ns, victims[0])
+		if !slices.Contains(reasons, "DrainStarted") || !slices.Contains(reasons, "Drained") {
+			t.Errorf("events of pod %s: %v; want DrainStarted and Drained", victims[0], reasons)
+		}
+		r.note = "Events: " + strings.Join(reasons, ", ")
+	}
 	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s old pods gone in %s; drains: %v; idle pool: %s; conn-close responses: %d",
 		s.name, r.sent, r.failed, r.errors, r.p99, r.gone.Round(time.Millisecond), r.drain, r.idle, r.connectionShut)
 	switch {
@@ -388,6 +399,14 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		r.pass = true
 	}
 	return r
+}
+
+// podEventReasons lists the reasons of the Events about pod, in the order the API server lists them.
+func podEventReasons(ctx context.Context, t *testing.T, c *Cluster, ns, pod string) []string {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "events", "--field-selector", "involvedObject.name="+pod,
+		"-o", `jsonpath={range .items[*]}{.reason}{"\n"}{end}`)
+	return strings.Fields(out)
 }
 
 // wait waits d unless ctx ends first (it then reports false). Load duration, not synchronisation.
@@ -556,6 +575,41 @@ func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}
 	mustKubectl(ctx, t, c, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=180s")
+	waitWebhookInjects(ctx, t, c)
+}
+
+// waitWebhookInjects waits until the API server really reaches the webhook: a server-side dry run of a probe pod
+// in an opted-in namespace comes back injected. Ready webhook pods are not enough: until the Service's endpoints
+// and kube-proxy's rules exist, the API server's calls fail and, with failurePolicy Ignore, pods are admitted
+// uninjected (fail-open) — the first scenario's pods were, once.
+func waitWebhookInjects(ctx context.Context, t *testing.T, c *Cluster) {
+	t.Helper()
+	const ns = "e2e-webhook-probe" // applied, not created: called again after the webhook-down scenario
+	nsCmd := c.API.Command(ctx, "apply", "-f", "-")
+	nsCmd.Stdin = strings.NewReader(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"` + ns +
+		`","labels":{"shutdown-manager.io/inject":"enabled"}}}`)
+	if out, err := nsCmd.CombinedOutput(); err != nil {
+		t.Fatalf("creating the probe namespace: %v\n%s", err, out)
+	}
+	probe := `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"probe","namespace":"` + ns + `"},` +
+		`"spec":{"containers":[{"name":"envoy","image":"` + EnvoyImage + `","command":["envoy"]}]}}`
+	deadline := time.Now().Add(3 * time.Minute)
+	var last string
+	for {
+		cmd := c.API.Command(ctx, "create", "--dry-run=server", "-f", "-", "-o", `jsonpath={.metadata.annotations.shutdown-manager\.io/status}`)
+		cmd.Stdin = strings.NewReader(probe)
+		out, err := cmd.CombinedOutput()
+		if err == nil && len(strings.TrimSpace(string(out))) > 0 {
+			return
+		}
+		last = string(out)
+		if time.Now().After(deadline) {
+			t.Fatalf("the webhook did not inject a probe pod within 3 minutes of its rollout; last answer: %s", last)
+		}
+		if !wait(ctx, time.Second) {
+			t.Fatal("interrupted")
+		}
+	}
 }
 
 // injectedPods reports whether the Envoy pods of ns carry inject's status annotation (all or none: a mix fails t).
@@ -598,6 +652,7 @@ func runWebhookDown(ctx context.Context, t *testing.T, c *Cluster, ns, text stri
 		defer cancel()
 		_, _ = c.kubectl(cctx, "-n", ChartNamespace, "scale", "deployment/"+ChartRelease, "--replicas=2")
 		_, _ = c.kubectl(cctx, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=120s")
+		waitWebhookInjects(cctx, t, c) // the next scenario's pods must not race the webhook's return
 	})
 	if err := poll(ctx, 2*time.Minute, func() error {
 		out, err := c.kubectl(ctx, "-n", ChartNamespace, "get", "endpointslices", "-o", "jsonpath={.items[*].endpoints[*].addresses}")
