@@ -452,6 +452,13 @@ func (e *Envoy) listenerAddrs(ctx context.Context) (map[string]string, []byte, e
 	if err != nil {
 		return nil, nil, err
 	}
+	addrs, err := ParseListenerAddrs(body)
+	return addrs, body, err
+}
+
+// ParseListenerAddrs reads GET /listeners?format=json: each listener's name and the "IP:PORT" it is bound
+// to. Listeners without a socket address (internal ones) are left out.
+func ParseListenerAddrs(body []byte) (map[string]string, error) {
 	var ls struct {
 		ListenerStatuses []struct {
 			Name         string `json:"name"`
@@ -464,7 +471,7 @@ func (e *Envoy) listenerAddrs(ctx context.Context) (map[string]string, []byte, e
 		} `json:"listener_statuses"`
 	}
 	if err := json.Unmarshal(body, &ls); err != nil {
-		return nil, body, fmt.Errorf("/listeners: %w", err)
+		return nil, fmt.Errorf("/listeners: %w", err)
 	}
 	addrs := map[string]string{}
 	for _, l := range ls.ListenerStatuses {
@@ -474,7 +481,7 @@ func (e *Envoy) listenerAddrs(ctx context.Context) (map[string]string, []byte, e
 		}
 		addrs[l.Name] = net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
 	}
-	return addrs, body, nil
+	return addrs, nil
 }
 
 // AddHTTPListener adds, through the file-based LDS of Options.DynamicListeners, an HTTP listener on

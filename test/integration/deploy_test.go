@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -172,25 +170,17 @@ func listenerAddrs(ctx context.Context, admin string) (map[string]string, error)
 		return nil, err
 	}
 	defer resp.Body.Close()
-	var ls struct {
-		ListenerStatuses []struct {
-			Name         string `json:"name"`
-			LocalAddress struct {
-				SocketAddress struct {
-					Address   string `json:"address"`
-					PortValue int    `json:"port_value"`
-				} `json:"socket_address"`
-			} `json:"local_address"`
-		} `json:"listener_statuses"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&ls); err != nil {
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
 		return nil, err
 	}
-	addrs := map[string]string{}
-	for _, l := range ls.ListenerStatuses {
-		sa := l.LocalAddress.SocketAddress
-		if sa.PortValue != 0 {
-			addrs[l.Name] = net.JoinHostPort(sa.Address, strconv.Itoa(sa.PortValue))
+	addrs, err := testbed.ParseListenerAddrs(body)
+	if err != nil {
+		return nil, err
+	}
+	for name, a := range addrs {
+		if strings.HasSuffix(a, ":0") {
+			delete(addrs, name) // not bound yet
 		}
 	}
 	if addrs["ingress"] == "" || addrs["readiness"] == "" {
