@@ -131,9 +131,7 @@ func TestAgentDeadlineWithStuckConnection(t *testing.T) {
 		e, _ := agent(t, bin, "--min-drain-duration", "500ms", "--check-interval", "100ms", "--drain-timeout", "2s", "--stop-timeout", "1s")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 45*time.Second)
-		defer hold.Stop()
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		holdTCP(ctx, t, e, 45*time.Second)
 		if err := e.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

@@ -49,8 +49,7 @@ func TestCountInternalListenerDoesNotHideTCP(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		viaInternal(t, e)
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 3*time.Second)
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		hold := holdTCP(ctx, t, e, 3*time.Second)
 		tcpHoldsDrain(t, e, hold)
 	})
 }
@@ -67,8 +66,7 @@ func TestCountExcludedListenerDoesNotHideTCP(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 3*time.Second)
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		hold := holdTCP(ctx, t, e, 3*time.Second)
 		tcpHoldsDrain(t, e, hold, "--listener-exclude", `^listener\.ingress_http$`)
 	})
 }
@@ -127,8 +125,7 @@ func TestCountSharedPrefixGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 6*time.Second)
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		hold := holdTCP(ctx, t, e, 6*time.Second)
 		_, a := serve(t, e, fast("--listener-exclude", `^listener\.ingress_http_2$`)...)
 		shutdown := make(chan time.Time, 1)
 		go func() {

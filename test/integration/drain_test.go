@@ -220,8 +220,7 @@ func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
 		defer cancel()
 
 		t.Run("until it closes", func(t *testing.T) {
-			hold := testbed.TCPHold(ctx, e.TCPAddr, 3*time.Second)
-			waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+			hold := holdTCP(ctx, t, e, 3*time.Second)
 			p := start(t, append([]string{"drain", "--admin-address", e.AdminURL}, fast()...)...)
 			res := hold.Wait()
 			closed := time.Now()
@@ -235,9 +234,7 @@ func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
 			}
 		})
 		t.Run("past the deadline", func(t *testing.T) {
-			hold := testbed.TCPHold(ctx, e.TCPAddr, 30*time.Second)
-			defer hold.Stop()
-			waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+			holdTCP(ctx, t, e, 30*time.Second)
 			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "500ms", "--check-interval", "100ms", "--drain-timeout", "2s")
 			f := p.finished(t, 10*time.Second)
 			if code := p.wait(t, 5*time.Second); code != 1 {

@@ -343,3 +343,13 @@ func runOutput(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, smBin, args...).CombinedOutput()
 	return string(out), err
 }
+
+// holdTCP opens one connection through Envoy's TCP proxy for d (or until the test ends) and waits until Envoy
+// counts it, so that a drain started next sees it.
+func holdTCP(ctx context.Context, t *testing.T, e *testbed.Envoy, d time.Duration) *testbed.Load {
+	t.Helper()
+	hold := testbed.TCPHold(ctx, e.TCPAddr, d)
+	t.Cleanup(hold.Stop)
+	waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+	return hold
+}

@@ -224,9 +224,7 @@ func TestSecondSignalCancelsWithATrueReason(t *testing.T) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 50*time.Second)
-		defer hold.Stop()
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		holdTCP(ctx, t, e, 50*time.Second)
 
 		t.Run("serve", func(t *testing.T) {
 			p, a := serve(t, e, fast("--min-drain-duration", "0s")...)
@@ -272,9 +270,7 @@ func TestStatusAfterRestartMidDrain(t *testing.T) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 50*time.Second)
-		defer hold.Stop()
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		holdTCP(ctx, t, e, 50*time.Second)
 
 		p, a := serve(t, e, fast("--min-drain-duration", "0s")...)
 		go a.get(ctx, "/shutdown")

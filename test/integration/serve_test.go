@@ -208,9 +208,7 @@ func TestStatusCommand(t *testing.T) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		hold := testbed.TCPHold(ctx, e.TCPAddr, 20*time.Second)
-		defer hold.Stop()
-		waitStat(t, e, "listener.ingress_tcp.downstream_cx_active", 1)
+		holdTCP(ctx, t, e, 20*time.Second)
 		out, err := runOutput(ctx, "status", "--admin-address", e.AdminURL)
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
