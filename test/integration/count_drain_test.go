@@ -44,7 +44,7 @@ func tcpHoldsDrain(t *testing.T, e *testbed.Envoy, hold *testbed.Load, flags ...
 // Both are Envoy's own and leave the count together: the pooled connection neither counts nor hides the TCP
 // proxy connection on another listener.
 func TestCountInternalListenerDoesNotHideTCP(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{InternalListener: true})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -57,7 +57,7 @@ func TestCountInternalListenerDoesNotHideTCP(t *testing.T) {
 // Excluding a listener excludes its group only: an idle keep-alive on it does not hide a TCP connection on
 // another listener.
 func TestCountExcludedListenerDoesNotHideTCP(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -74,7 +74,7 @@ func TestCountExcludedListenerDoesNotHideTCP(t *testing.T) {
 // Excluding an HTTP manager excludes the listeners that own it: their idle keep-alive connections are not
 // taken for non-HTTP connections, and the drain releases at its minimum duration, not at its deadline.
 func TestCountExcludedManagerReleases(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -116,7 +116,7 @@ type statusGroups struct {
 // a TCP listener holds a connection. Excluding one listener of the pair excludes the group (both listeners
 // and the manager), and /status says so; its idle keep-alives do not hide the TCP connection.
 func TestCountSharedPrefixGroup(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{SharedPrefixListener: true})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -173,7 +173,7 @@ func TestCountSharedPrefixGroup(t *testing.T) {
 // counts: the drain holds while the TCP connection is open and releases when it closes, idle keep-alives
 // still open.
 func TestCountMixedFilterChains(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{MixedListener: true})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -196,7 +196,7 @@ func TestCountMixedFilterChains(t *testing.T) {
 // `shutdown-manager status` reads the listener configuration too: it shows the groups, which are excluded
 // and why, and the basis of the count.
 func TestStatusShowsGroups(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, topologyOptions)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
@@ -239,7 +239,7 @@ func TestStatusShowsGroups(t *testing.T) {
 //
 // (The rule without the configuration releases here too; what this checks on the real Envoy is the re-read.)
 func TestCountListenerAddedMidDrain(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -28,7 +28,7 @@ var topologyOptions = testbed.Options{InternalListener: true, SharedPrefixListen
 // /stats shows (Envoy's admin apart), so every naming rule (stat_prefix, address, internal listener) holds.
 // With -update the two answers become the fixtures of the envoyadmin and drain unit tests.
 func TestListenerConfigMatchesStats(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, topologyOptions)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

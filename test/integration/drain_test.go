@@ -14,7 +14,7 @@ import (
 // A load balancer's pool of idle keep-alive connections does not hold the default drain: it is released
 // while every one of them is still open. When Envoy then exits, each one sees a clean close (FIN), no reset.
 func TestIdleKeepAliveDoesNotHoldDrain(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -52,7 +52,7 @@ func TestIdleKeepAliveDoesNotHoldDrain(t *testing.T) {
 
 // In `connections` mode, idle keep-alive connections hold the drain until they close.
 func TestConnectionsModeWaitsForIdleConnections(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -88,7 +88,7 @@ func TestConnectionsModeWaitsForIdleConnections(t *testing.T) {
 // Clients that keep sending on keep-alive connections get `Connection: close` on every response once the
 // drain has begun, none of them fails, and the drain releases only after the last request has finished.
 func TestActiveKeepAliveClients(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -132,7 +132,7 @@ func TestActiveKeepAliveClients(t *testing.T) {
 // connections are served during the drain delay and the minimum duration, and release comes after the
 // last one.
 func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -179,7 +179,7 @@ func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
 // An HTTP/2 connection with streams in flight when the drain begins: the streams complete with 200, the
 // drain releases after them, and Envoy sends GOAWAY and closes the connection.
 func TestHTTP2StreamsCompleteAndGoAway(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -214,7 +214,7 @@ func TestHTTP2StreamsCompleteAndGoAway(t *testing.T) {
 // A TCP proxy connection is counted (no HTTP manager owns it) and holds the drain until it closes; one that
 // outlives the deadline releases the drain at the deadline with outcome timeout.
 func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -252,7 +252,7 @@ func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
 
 // Envoy killed mid-drain: the drain releases within one interval, outcome envoy_gone (exit 0).
 func TestEnvoyKilledMidDrain(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		for _, unix := range []bool{false, true} {
 			name := map[bool]string{false: "tcp admin", true: "unix admin"}[unix]
 			t.Run(name, func(t *testing.T) {
@@ -286,7 +286,7 @@ func TestEnvoyKilledMidDrain(t *testing.T) {
 // skip_exit, Envoy's listeners keep accepting new connections past its --drain-time-s (1s here), until the
 // process exits: late connections during endpoint propagation are served, not refused.
 func TestDrainListenersKeepAccepting(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		for _, mode := range []string{"all", "inbound"} {
 			t.Run(mode, func(t *testing.T) {
 				e := startEnvoy(t, bin, testbed.Options{DrainTime: time.Second})

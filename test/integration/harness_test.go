@@ -1,5 +1,5 @@
 // Package integration runs the real shutdown-manager binary against real Envoy releases (every binary
-// testbed.FindBinaries finds: both pinned versions after `make envoy`), with real clients over loopback.
+// testbed.FindBinaries finds: the lines test/envoy-versions.txt pins, after `make envoy`), with real clients over loopback.
 package integration
 
 import (
@@ -42,9 +42,22 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// forEachEnvoy runs f as a subtest for every Envoy binary. Without one, the test fails under CI=true and
-// is skipped elsewhere: CI must never pass by not testing.
+// forEachEnvoy runs f as a subtest for every Envoy binary of the whole suite (the oldest and the newest line of
+// test/envoy-versions.txt). Without one, the test fails under CI=true and is skipped elsewhere: CI must never pass
+// by not testing.
 func forEachEnvoy(t *testing.T, f func(t *testing.T, bin testbed.Binary)) {
+	t.Helper()
+	eachEnvoy(t, testbed.ScopeSuite, f)
+}
+
+// forEachEnvoyLine runs f as a subtest for every pinned Envoy line, the ones between the oldest and the newest
+// too: the count and drain tests, whose facts (stat names, drain behaviour) change from line to line.
+func forEachEnvoyLine(t *testing.T, f func(t *testing.T, bin testbed.Binary)) {
+	t.Helper()
+	eachEnvoy(t, testbed.ScopeCore, f)
+}
+
+func eachEnvoy(t *testing.T, scope string, f func(t *testing.T, bin testbed.Binary)) {
 	t.Helper()
 	bins, err := testbed.FindBinaries()
 	if err != nil {
@@ -54,6 +67,9 @@ func forEachEnvoy(t *testing.T, f func(t *testing.T, bin testbed.Binary)) {
 		t.Skipf("no Envoy binary (run `make envoy` or set ENVOY_BIN): %v", err)
 	}
 	for _, bin := range bins {
+		if scope == testbed.ScopeSuite && bin.Scope != testbed.ScopeSuite {
+			continue
+		}
 		t.Run("envoy-"+bin.Version, func(t *testing.T) { f(t, bin) })
 	}
 }
