@@ -2,7 +2,7 @@
 # make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
 # Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2), builds
 # the Kubernetes binaries and containerd 2 into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
-# warm), Helm (scripts/helm-binary.sh), Envoy 1.40.0 (scripts/install-envoy.sh), then runs the test binary, which
+# warm), Helm (scripts/helm-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
 # starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
 # `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
 # as -test.run does).

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
 // The cluster's network: a bridge of its own (a distinctive name: the machine is shared), a private pod subnet whose
@@ -55,6 +56,7 @@ type Cluster struct {
 	Socket     string
 	kubeBin    string
 	ctrdBin    string
+	envoy      testbed.Binary // the Envoy in EnvoyImage
 	host       *hostState
 	containerd *proc
 	kubelet    *proc
@@ -144,7 +146,8 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
-	if err := writeImages(ctx, root, dir, envoyBin, archive); err != nil {
+	c.envoy = envoyBin
+	if err := writeImages(ctx, root, dir, envoyBin.Path, archive); err != nil {
 		tb.Fatalf("writing the images: %v", err)
 	}
 	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {

