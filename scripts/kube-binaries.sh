@@ -7,6 +7,9 @@
 #                  The full cluster adds kubelet kube-proxy kube-controller-manager kube-scheduler: each is a
 #                  `tool` line of tools/go.mod already, so it is only a longer list here.
 #   KUBE_CACHE_DIR where caches live (default: ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube).
+#   KUBE_LINE      newest (default: tools/go.mod, the e2e cluster and the API-server tiers) or oldest
+#                  (tools/kube-oldest/go.mod: the oldest supported kube-apiserver, for the API-server tiers). The
+#                  oldest line's bin/ holds its kube-apiserver and links to the newest line's etcd and kubectl.
 #
 # With --print-dir it only prints the bin/ directory, built or not: the test harness (internal/kubetest) asks it
 # where the binaries are, so that the cache key is computed in this one place.
@@ -42,6 +45,17 @@ main() {
   *)
     tools=$root/tools
     binaries=${KUBE_BINARIES:-etcd kube-apiserver kubectl}
+    case ${KUBE_LINE:-newest} in
+    newest) ;;
+    oldest)
+      oldest "$@"
+      return
+      ;;
+    *)
+      echo "kube-binaries: KUBE_LINE is newest or oldest, not ${KUBE_LINE}" >&2
+      return 1
+      ;;
+    esac
     # The one place versions come from: tools/go.mod's require lines.
     k8s_version=$(required_version "$tools/go.mod" k8s.io/kubernetes)
     etcd_version=$(required_version "$tools/go.mod" go.etcd.io/etcd/server/v3)
@@ -106,9 +120,54 @@ main() {
   echo "$bin"
 }
 
+# oldest [--print-dir] builds the oldest line's kube-apiserver (tools/kube-oldest) into <cache>/<version>/bin and
+# links the newest line's etcd and kubectl beside it (the tiers run one etcd and kubectl; the API server is what
+# differs), building those first when they are missing.
+oldest() {
+  local root version dir bin newest ldflags p major minor
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  version=$(required_version "$root/tools/kube-oldest/go.mod" k8s.io/kubernetes)
+  [ -n "$version" ] || { echo "kube-binaries: no k8s.io/kubernetes version in tools/kube-oldest/go.mod" >&2; return 1; }
+  dir=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}/$version
+  bin=$dir/bin
+  if [ "${1:-}" = --print-dir ]; then
+    echo "$bin"
+    return 0
+  fi
+  newest=$(KUBE_LINE=newest KUBE_BINARIES="etcd kubectl" "$0")
+  mkdir -p "$bin"
+  ln -sfn "$newest/etcd" "$bin/etcd"
+  ln -sfn "$newest/kubectl" "$bin/kubectl"
+  if [ -x "$bin/kube-apiserver" ]; then
+    echo "$bin"
+    return 0
+  fi
+  exec 9>"$dir/.lock"
+  command -v flock >/dev/null && flock 9
+  if [ ! -x "$bin/kube-apiserver" ]; then
+    minor=${version#v*.}
+    minor=${minor%%.*}
+    major=${version#v}
+    major=${major%%.*}
+    ldflags="-s -w"
+    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+    done
+    tmp=$(mktemp -d "$dir/.build.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    trap 'exit 130' INT TERM
+    echo "kube-binaries: building kube-apiserver (kubernetes $version, the oldest line) into $bin" >&2
+    start=$SECONDS
+    (cd "$root/tools/kube-oldest" && GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver)
+    mv "$tmp/kube-apiserver" "$bin/kube-apiserver"
+    echo "kube-binaries: built in $((SECONDS - start)) s" >&2
+  fi
+  echo "$bin"
+}
+
 # required_version GOMOD MODULE prints the version GOMOD requires MODULE at.
 required_version() {
-  awk -v mod="$2" '$1 == mod && $2 ~ /^v/ { print $2; exit }' "$1"
+  awk -v mod="$2" '$1 == "require" { $1 = ""; $0 = $0 } $1 == mod && $2 ~ /^v/ { print $2; exit }' "$1"
 }
 
 # package_of BINARY prints the import path BINARY is built from.
