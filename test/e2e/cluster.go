@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -58,6 +59,7 @@ type Cluster struct {
 	ctrdBin    string
 	envoy      testbed.Binary // the Envoy in EnvoyImage
 	host       *hostState
+	before     hostSnapshot // the host before the cluster changed anything; teardown compares
 	containerd *proc
 	kubelet    *proc
 	kubeProxy  *proc
@@ -118,6 +120,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	}
 	c := &Cluster{Dir: dir, LogDir: filepath.Join(dir, "logs"), Socket: filepath.Join(dir, "containerd", "containerd.sock"),
 		kubeBin: kubeBin, ctrdBin: ctrdBin, host: host}
+	c.before = takeSnapshot(c.ours())
 	if err := os.MkdirAll(c.LogDir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
@@ -596,6 +599,7 @@ func (c *Cluster) teardownHost(tb testing.TB) {
 	for _, err := range errs {
 		tb.Errorf("teardown: %v", err)
 	}
+	c.checkHost(tb)
 	if tb.Failed() {
 		entries, _ := os.ReadDir(c.Dir)
 		for _, e := range entries {
@@ -609,6 +613,92 @@ func (c *Cluster) teardownHost(tb testing.TB) {
 	if err := os.RemoveAll(c.Dir); err != nil {
 		tb.Errorf("teardown: removing %s: %v", c.Dir, err)
 	}
+}
+
+// ours are the path prefixes that make a process the cluster's (see takeSnapshot).
+func (c *Cluster) ours() []string { return []string{c.Dir, c.kubeBin, c.ctrdBin} }
+
+// checkHost compares the host with the snapshot taken before the cluster started and fails the test for every
+// difference left after the teardown (a pass, a failure or an interrupt alike): mounts, network namespaces,
+// links, routes, iptables and nft, cgroups, sysctls, processes. Mounts that appeared are then unmounted, so that a
+// failed run does not leave the next one a host it did not find either.
+func (c *Cluster) checkHost(tb testing.TB) {
+	diff := c.before.diff(takeSnapshot(c.ours()))
+	if len(diff) == 0 {
+		tb.Logf("teardown: the host is as the e2e found it (%s)", c.before.summary())
+		return
+	}
+	tb.Errorf("teardown: the host is not as the e2e found it, %d differences (+ appeared, - went):\n%s", len(diff), strings.Join(diff, "\n"))
+	for _, d := range diff {
+		if mp, ok := strings.CutPrefix(d, "+ mount: "); ok {
+			mp, _, _ = strings.Cut(mp, " (")
+			if err := syscall.Unmount(mp, syscall.MNT_DETACH); err != nil {
+				tb.Logf("teardown: unmounting the leftover %s: %v", mp, err)
+			}
+		}
+	}
+}
+
+// nodeState says why a pod may not go: the pod, its Events, what containerd and kubelet logged about it, the
+// containers still running, the network namespaces under /run/netns with the processes whose mount namespaces
+// hold them.
+func (c *Cluster) nodeState(ctx context.Context, ns, pod string) string {
+	var b strings.Builder
+	out, _ := c.kubectl(ctx, "-n", ns, "get", "pod", pod, "-o", "wide")
+	fmt.Fprintf(&b, "pod:\n%s\n", out)
+	out, _ = c.kubectl(ctx, "-n", ns, "get", "events", "--field-selector=involvedObject.name="+pod, "--sort-by=.lastTimestamp")
+	fmt.Fprintf(&b, "its events:\n%s\n", out)
+	out, _ = c.ctr(ctx, "tasks", "ls")
+	fmt.Fprintf(&b, "containerd tasks:\n%s\n", out)
+	for _, p := range []*proc{c.containerd, c.kubelet} {
+		if p != nil {
+			fmt.Fprintf(&b, "%s errors (%s):\n%s\n", p.name, p.logPath, grepLines(p.logPath, 15, "error", "Error", "FailedKillPod"))
+		}
+	}
+	fmt.Fprintf(&b, "mounts under /run/netns: %v\n", netnsHolders())
+	return b.String()
+}
+
+// netnsHolders maps each nsfs mount under /run/netns to the processes whose mount namespace has it (a mount of a
+// network namespace held in another mount namespace is what makes its removal fail with EBUSY).
+func netnsHolders() map[string][]string {
+	held := map[string][]string{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "mountinfo"))
+		if err != nil {
+			continue
+		}
+		comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) > 4 && strings.Contains(f[4], "/netns/") {
+				held[f[4]] = append(held[f[4]], e.Name()+" "+strings.TrimSpace(string(comm)))
+			}
+		}
+	}
+	return held
+}
+
+// grepLines returns the last n lines of the file at path that contain any of words.
+func grepLines(path string, n int, words ...string) string {
+	b, _ := os.ReadFile(path)
+	var hits []string
+	for _, l := range strings.Split(string(b), "\n") {
+		for _, w := range words {
+			if strings.Contains(l, w) {
+				hits = append(hits, l)
+				break
+			}
+		}
+	}
+	if len(hits) > n {
+		hits = hits[len(hits)-n:]
+	}
+	return strings.Join(hits, "\n")
 }
 
 // poll calls f until it returns nil, ctx ends or timeout passes (then the last error).

@@ -142,6 +142,18 @@ func mustKubectl(ctx context.Context, t *testing.T, c *Cluster, args ...string) 
 	return out
 }
 
+// podGoneTimeout bounds the wait for a deleted pod: the grace period (45 s in deploy/) and then some. A pod that
+// is still there is a failure, reported with the node's state; nothing retries it away.
+const podGoneTimeout = 3 * time.Minute
+
+// waitGone waits until the pod is deleted, and fails the test with the node's state if it is not.
+func waitGone(ctx context.Context, t *testing.T, c *Cluster, ns, pod string) {
+	t.Helper()
+	if out, err := c.kubectl(ctx, "-n", ns, "wait", "--for=delete", "pod/"+pod, "--timeout="+podGoneTimeout.String()); err != nil {
+		t.Fatalf("pod %s/%s did not go within %s: %v\n%s\nthe node's state:\n%s", ns, pod, podGoneTimeout, err, out, c.nodeState(ctx, ns, pod))
+	}
+}
+
 func applyText(ctx context.Context, t *testing.T, c *Cluster, ns, text string) {
 	t.Helper()
 	cmd := c.API.Command(ctx, "-n", ns, "apply", "-f", "-")
@@ -352,7 +364,7 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	}
 	for _, p := range victims {
 		// Not rollout status: it returns before the old pods have finished draining.
-		mustKubectl(ctx, t, c, "-n", ns, "wait", "--for=delete", "pod/"+p, "--timeout=600s")
+		waitGone(ctx, t, c, ns, p)
 	}
 	r.gone = time.Since(began)
 	// Traffic goes on a little after the last old pod is gone: what it sent last is counted too.
@@ -461,7 +473,7 @@ func runTCPDeadline(ctx context.Context, t *testing.T, c *Cluster, ns, ip string
 	grace := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", pods[0], "-o", "jsonpath={.spec.terminationGracePeriodSeconds}"))
 	began := time.Now()
 	mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", pods[0], "--wait=false")
-	mustKubectl(ctx, t, c, "-n", ns, "wait", "--for=delete", "pod/"+pods[0], "--timeout=300s")
+	waitGone(ctx, t, c, ns, pods[0])
 	r.gone = time.Since(began)
 	hold.Stop()
 	res := hold.Wait()

@@ -5,7 +5,6 @@ package e2e
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -58,22 +57,4 @@ func writeReport(path string, c *Cluster, rows []row) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
-}
-
-func run(name string, args ...string) string {
-	out, err := exec.Command(name, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("(%s: %v)", name, err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func readTrim(p string) string {
-	b, _ := os.ReadFile(p)
-	return strings.TrimSpace(string(b))
-}
-
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(s, "\n")
-	return l
 }
