@@ -10,10 +10,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -289,6 +291,13 @@ func (c *Cluster) startManagers() error {
 // under the run directory, runc with a root of its own, cgroupfs, overlayfs, our pause image, CNI from Debian's
 // plugins with our bridge, and the sandbox's fix: this kernel refuses a negative oom_score_adj. NRI is off (it would
 // create /run/nri/nri.sock).
+//
+// The pods' network namespaces are mounted under containerd's state directory, not in the host-wide /run/netns:
+// that directory belongs to everything on the machine, and `ip netns add` (iproute2) bind-mounts it onto itself
+// recursively, which doubles every namespace mounted there. containerd removes a namespace with one unmount and
+// an unlink, so each pod that existed at that moment then stays Terminating (FailedKillPod: unlinkat
+// /run/netns/cni-…: device or resource busy) and its mounts outlive the run. InterfereWithHostNetns does exactly
+// that on purpose in every run.
 const containerdConfig = `version = 2
 root = %[1]q
 state = %[2]q
@@ -302,6 +311,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %[6]q
   restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
   enable_selinux = false
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -613,6 +623,35 @@ func (c *Cluster) teardownHost(tb testing.TB) {
 	if err := os.RemoveAll(c.Dir); err != nil {
 		tb.Errorf("teardown: removing %s: %v", c.Dir, err)
 	}
+}
+
+// InterfereWithHostNetns adds a network namespace with `ip netns add` while the cluster's pods run, as any other
+// tool on the machine may (it bind-mounts /run/netns onto itself, recursively, on first use), and removes it and
+// that bind mount at the end of the test, leaving /run/netns as it found it. The cluster must not notice.
+func (c *Cluster) InterfereWithHostNetns(tb testing.TB) {
+	tb.Helper()
+	const name = "smgr-e2e-probe"
+	_, statErr := os.Stat("/run/netns")
+	wasMount := slices.ContainsFunc(mounts(), func(m string) bool { return strings.HasPrefix(m, "/run/netns (") })
+	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+		tb.Fatalf("ip netns add %s: %v: %s", name, err, out)
+	}
+	tb.Logf("ip netns add %s: /run/netns is now bind-mounted onto itself (it was a mount point before: %v)", name, wasMount)
+	tb.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			tb.Errorf("ip netns del %s: %v: %s", name, err, out)
+		}
+		if !wasMount {
+			if err := syscall.Unmount("/run/netns", syscall.MNT_DETACH); err != nil {
+				tb.Errorf("unmounting /run/netns: %v", err)
+			}
+		}
+		if errors.Is(statErr, fs.ErrNotExist) {
+			if err := os.Remove("/run/netns"); err != nil {
+				tb.Errorf("removing /run/netns: %v", err)
+			}
+		}
+	})
 }
 
 // ours are the path prefixes that make a process the cluster's (see takeSnapshot).

@@ -111,6 +111,9 @@ func TestE2E(t *testing.T) {
 	if injectVia == "webhook" {
 		installChart(ctx, t, c, root)
 	}
+	// What made a pod stick Terminating on a fresh machine, done on purpose while the cluster's pods run: every
+	// scenario after it, and the teardown, must still see each pod go.
+	c.InterfereWithHostNetns(t)
 
 	var rows []row
 	for _, s := range scenarios {

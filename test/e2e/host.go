@@ -30,7 +30,7 @@ var sysctls = []string{
 // hostPaths are directories that kubelet, containerd or the CNI plugins create at fixed places whatever their
 // configuration says: each one that did not exist before the cluster is removed after it.
 var hostPaths = []string{
-	"/var/lib/cni", "/var/run/netns", "/run/netns", "/var/log/containers", "/var/log/pods", "/run/nri",
+	"/var/lib/cni", "/var/log/containers", "/var/log/pods", "/run/nri",
 	"/run/containerd", "/opt/containerd", "/var/lib/kubelet", "/usr/libexec/kubernetes", "/etc/cni/net.d",
 	"/var/lib/containerd", "/etc/kubernetes",
 }
