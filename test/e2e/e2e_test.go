@@ -111,9 +111,16 @@ func TestE2E(t *testing.T) {
 	if injectVia == "webhook" {
 		installChart(ctx, t, c, root)
 	}
-	// What made a pod stick Terminating on a fresh machine, done on purpose while the cluster's pods run: every
-	// scenario after it, and the teardown, must still see each pod go.
+	// What made a pod stick Terminating on a fresh machine, done on purpose while the cluster's pods run: a pod
+	// that existed before it must still go when deleted (and every pod after it, and the teardown's).
 	c.InterfereWithHostNetns(t)
+	echo := strings.Fields(mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "get", "pods", "-o", "jsonpath={.items[*].metadata.name}"))
+	if len(echo) == 0 {
+		t.Fatal("no upstream pod")
+	}
+	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "delete", "pod", echo[0], "--wait=false")
+	waitGone(ctx, t, c, UpstreamNamespace, echo[0])
+	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "rollout", "status", "deployment/echo", "--timeout=180s")
 
 	var rows []row
 	for _, s := range scenarios {
