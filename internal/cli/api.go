@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -39,6 +40,7 @@ func (f *apiFlags) register(fs *flag.FlagSet) {
 type apiConfig struct {
 	metrics    *listenAddress // nil: /metrics on the API's listener
 	token      string
+	tokenFile  tokenFile // where the token came from, for the warning on its mode
 	maxWaiters int
 	maxConns   int
 }
@@ -64,11 +66,11 @@ func (f *apiFlags) config() (apiConfig, error) {
 	}
 	c.maxConns = f.maxConns
 	if f.tokenFile != "" {
-		token, err := readToken(f.tokenFile)
+		tf, err := readToken(f.tokenFile)
 		if err != nil {
 			return c, usagef("--token-file: %v", err)
 		}
-		c.token = token
+		c.token, c.tokenFile = tf.token, tf
 	}
 	return c, nil
 }
@@ -77,30 +79,78 @@ func (f *apiFlags) config() (apiConfig, error) {
 // must not be read whole.
 const maxTokenFile = 4 << 10
 
+// tokenFile is a shared secret read from a file, and the file's permissions.
+type tokenFile struct {
+	path  string
+	token string
+	perm  fs.FileMode
+}
+
+// worldReadable reports whether every user of the machine may read the file.
+func (t tokenFile) worldReadable() bool { return t.perm&0o004 != 0 }
+
+// warnMode logs a warning when the token file is world-readable. A warning, not a refusal: Kubernetes
+// mounts Secrets with mode 0644 unless told otherwise (defaultMode), and without fsGroup that "other" bit is
+// what lets the non-root sidecar read it at all; refusing would break the default mount. A group-readable
+// file is accepted silently: 0440 with the pod's fsGroup is how a non-root container reads a Secret.
+func (t tokenFile) warnMode(log *slog.Logger) {
+	if t.path == "" || !t.worldReadable() {
+		return
+	}
+	log.Warn("--token-file is readable by every user: any process that can see the file can drain the pod; "+
+		"mount the Secret with defaultMode 0400 (0440 with the pod's fsGroup for a non-root container)",
+		"token_file", t.path, "mode", fmt.Sprintf("%#o", t.perm))
+}
+
 // readToken reads a shared secret from path: the file's content without surrounding whitespace (a
-// Kubernetes Secret written with a trailing newline works).
-func readToken(path string) (string, error) {
-	f, err := os.Open(path)
+// Kubernetes Secret written with a trailing newline works). Only a regular file (or a symbolic link to
+// one, as in a Secret volume) is read: a FIFO would block the start-up until someone writes to it, a device
+// or a directory is a wrong path. The file is opened without blocking and checked by its descriptor, so
+// what is read is what was checked.
+func readToken(path string) (tokenFile, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		return "", err
+		return tokenFile{}, err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return tokenFile{}, fmt.Errorf("checking %s: %w", path, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return tokenFile{}, fmt.Errorf("%s is %s, not a regular file", path, fileKind(fi.Mode()))
+	}
 	buf := make([]byte, maxTokenFile+1)
-	n, err := f.Read(buf)
-	if err != nil && n == 0 {
-		return "", fmt.Errorf("reading %s: %w", path, err)
+	n, err := io.ReadFull(f, buf)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return tokenFile{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if n > maxTokenFile {
-		return "", fmt.Errorf("%s is larger than %d bytes: not a token", path, maxTokenFile)
+		return tokenFile{}, fmt.Errorf("%s is larger than %d bytes: not a token", path, maxTokenFile)
 	}
 	token := strings.TrimSpace(string(buf[:n]))
 	if token == "" {
-		return "", fmt.Errorf("%s is empty", path)
+		return tokenFile{}, fmt.Errorf("%s is empty", path)
 	}
 	if strings.ContainsAny(token, "\r\n") {
-		return "", fmt.Errorf("%s holds more than one line", path)
+		return tokenFile{}, fmt.Errorf("%s holds more than one line", path)
 	}
-	return token, nil
+	return tokenFile{path: path, token: token, perm: fi.Mode().Perm()}, nil
+}
+
+// fileKind names a file type for a person.
+func fileKind(m fs.FileMode) string {
+	switch m.Type() {
+	case fs.ModeDir:
+		return "a directory"
+	case fs.ModeNamedPipe:
+		return "a named pipe (FIFO)"
+	case fs.ModeSocket:
+		return "a socket"
+	case fs.ModeDevice, fs.ModeDevice | fs.ModeCharDevice:
+		return "a device"
+	}
+	return "of type " + m.Type().String()
 }
 
 // listenAddress is a TCP address or a unix socket path.
@@ -192,6 +242,7 @@ type apiServers struct {
 
 // startAPI serves the HTTP API on la (and /metrics on cfg.metrics, when set) until stop is called.
 func startAPI(la listenAddress, cfg apiConfig, s *stack, log *slog.Logger) (apiServers, error) {
+	cfg.tokenFile.warnMode(log)
 	opts := server.Options{Log: log, Registerer: s.reg, Token: cfg.token, MaxWaiters: cfg.maxWaiters}
 	if cfg.metrics == nil {
 		opts.Gatherer = s.reg

@@ -3,12 +3,16 @@ package cli
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestParseListen(t *testing.T) {
@@ -155,7 +159,8 @@ func TestReadToken(t *testing.T) {
 		{filepath.Join(dir, "absent"), "", "no such file"},
 	}
 	for _, tt := range tests {
-		got, err := readToken(tt.path)
+		tf, err := readToken(tt.path)
+		got := tf.token
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("%s: %q, %v; want error %q", filepath.Base(tt.path), got, err, tt.wantErr)
@@ -164,6 +169,77 @@ func TestReadToken(t *testing.T) {
 		}
 		if err != nil || got != tt.want {
 			t.Errorf("%s: %q, %v; want %q", filepath.Base(tt.path), got, err, tt.want)
+		}
+	}
+}
+
+// A token file that is not a regular file is refused at once, naming what it is: a FIFO would otherwise block
+// the start-up until someone writes to it. A symbolic link to a regular file (a Secret volume) is read.
+func TestTokenFileNotRegular(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(dir, "..data-token")
+	if err := os.WriteFile(target, []byte("s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "token")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ path, wantErr string }{
+		{fifo, "is a named pipe (FIFO), not a regular file"},
+		{dir, "is a directory, not a regular file"},
+		{"/dev/null", "is a device, not a regular file"},
+	} {
+		var stdout, stderr bytes.Buffer
+		done := make(chan int, 1)
+		go func() {
+			done <- Run(context.Background(), []string{"serve", "--token-file", tt.path}, &stdout, &stderr)
+		}()
+		select {
+		case code := <-done:
+			if code != ExitUsage || !strings.Contains(stderr.String(), tt.wantErr) {
+				t.Errorf("serve --token-file %s: exit %d, stderr %q; want exit 2 and %q", tt.path, code, stderr.String(), tt.wantErr)
+			}
+		case <-time.After(10 * time.Second): // a FIFO blocks open(2) for ever: no event to wait for
+			t.Fatalf("serve --token-file %s: still starting after 10s (blocked reading the token)", tt.path)
+		}
+	}
+	if tf, err := readToken(link); err != nil || tf.token != "s3cret" {
+		t.Errorf("token through a symbolic link: %q, %v; want s3cret", tf.token, err)
+	}
+}
+
+// A world-readable token file is accepted with a warning that says why it matters and how to mount it; a
+// file readable by its owner (and group: a non-root container reads a Secret through fsGroup) is not.
+func TestTokenFileModeWarning(t *testing.T) {
+	dir := t.TempDir()
+	for _, tt := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o400, false}, {0o440, false}, {0o640, false}, {0o644, true}, {0o604, true}} {
+		path := filepath.Join(dir, fmt.Sprintf("token-%o", tt.mode))
+		if err := os.WriteFile(path, []byte("s3cret"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		var f apiFlags
+		f.maxWaiters, f.maxConns, f.tokenFile = 1, 2, path
+		cfg, err := f.config()
+		if err != nil {
+			t.Fatalf("mode %o: %v", tt.mode, err)
+		}
+		var buf bytes.Buffer
+		cfg.tokenFile.warnMode(slog.New(slog.NewTextHandler(&buf, nil)))
+		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "readable by every user") &&
+			strings.Contains(buf.String(), fmt.Sprintf("mode=%#o", tt.mode)) && strings.Contains(buf.String(), "defaultMode 0400")
+		if warned != tt.warn {
+			t.Errorf("token file mode %o: log %q, want a warning %v", tt.mode, buf.String(), tt.warn)
 		}
 	}
 }

@@ -87,11 +87,12 @@ func runDrain(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if *tokenFile != "" {
 			// A token that cannot be read is a runtime condition of the pod: the call goes without it, the
 			// sidecar answers 401, and the hook drains by itself.
-			token, err := readToken(*tokenFile)
+			tf, err := readToken(*tokenFile)
 			if err != nil {
 				log.Warn("cannot read --token-file; calling the sidecar without it", "err", err)
 			}
-			sidecar.token = token
+			tf.warnMode(log)
+			sidecar.token = tf.token
 		}
 		if joined, err := joinSidecar(ctx, sidecar, cfg.Timeout+viaMargin, log); joined {
 			return err

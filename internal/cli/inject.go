@@ -118,14 +118,15 @@ func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	in, err := readManifests(*file)
+	in, closeIn, err := openManifests(*file)
 	if err != nil {
 		return err
 	}
+	defer closeIn()
 	// A workload without Envoy passes through (a stream may hold others), but a stream in which no
 	// workload has Envoy is an error: a pipe must not apply an unchanged workload silently.
 	injected, firstSkip := 0, error(nil)
-	out, err := inject.Manifests(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+	out, err := inject.ManifestsFrom(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		err := inject.Inject(meta, spec, cfg)
 		switch {
 		case err == nil:
@@ -155,11 +156,12 @@ func runUninject(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if *file == "" {
 		return usagef("give the manifests with -f FILE or -f -")
 	}
-	in, err := readManifests(*file)
+	in, closeIn, err := openManifests(*file)
 	if err != nil {
 		return err
 	}
-	out, err := inject.Manifests(in, inject.Uninject, stderr)
+	defer closeIn()
+	out, err := inject.ManifestsFrom(in, inject.Uninject, stderr)
 	if err != nil {
 		return err
 	}
@@ -167,19 +169,23 @@ func runUninject(_ context.Context, args []string, stdout, stderr io.Writer) err
 	return err
 }
 
-func readManifests(file string) ([]byte, error) {
+// openManifests opens the manifests of -f: a file, or stdin for "-". They are read one document at a time
+// (inject.ManifestsFrom), within inject's limits on a stream and a document.
+func openManifests(file string) (io.Reader, func(), error) {
 	if file == "-" {
-		data, err := io.ReadAll(os.Stdin)
-		if err != nil {
-			return nil, fmt.Errorf("reading stdin: %w", err)
-		}
-		return data, nil
+		return os.Stdin, func() {}, nil
 	}
-	data, err := os.ReadFile(file)
+	f, err := os.Open(file)
 	if err != nil {
-		return nil, fmt.Errorf("reading manifests: %w", err)
+		return nil, nil, fmt.Errorf("reading manifests: %w", err)
 	}
-	return data, nil
+	// A file known to be over the limit is refused before a byte of it is decoded.
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > inject.MaxStreamBytes {
+		f.Close()
+		return nil, nil, fmt.Errorf("reading manifests: %s is %d MiB, over the limit of %d MiB (%w): inject it in parts",
+			file, fi.Size()>>20, inject.MaxStreamBytes>>20, inject.ErrTooLarge)
+	}
+	return f, func() { f.Close() }, nil
 }
 
 // stringList is a repeatable string flag.

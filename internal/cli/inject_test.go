@@ -114,6 +114,23 @@ func TestInjectErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: nginx}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A stream over inject.MaxStreamBytes (the deploy example again and again), and one document over
+	// inject.MaxDocumentBytes (a ConfigMap with a large value) after a good one.
+	plain, err := os.ReadFile(filepath.Join("..", "..", "deploy", "plain", "envoy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := filepath.Join(dir, "huge.yaml")
+	stream := bytes.Repeat(append([]byte("---\n"), plain...), inject.MaxStreamBytes/len(plain)+1)
+	if err := os.WriteFile(huge, stream, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bigDoc := filepath.Join(dir, "bigdoc.yaml")
+	big := append(append([]byte(nil), plain...), "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  blob: "...)
+	big = append(big, bytes.Repeat([]byte("x"), inject.MaxDocumentBytes)...)
+	if err := os.WriteFile(bigDoc, big, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		code int
@@ -127,6 +144,9 @@ func TestInjectErrors(t *testing.T) {
 		{[]string{"inject", "-f", filepath.Join(dir, "missing.yaml")}, ExitFailure, "reading manifests"},
 		{[]string{"inject", "-f", bad}, ExitFailure, "document 2 (Pod p): no Envoy container"},
 		{[]string{"uninject"}, ExitUsage, "-f"},
+		{[]string{"inject", "-f", huge}, ExitFailure, "over the limit of 32 MiB (too large): inject it in parts"},
+		{[]string{"uninject", "-f", huge}, ExitFailure, "over the limit of 32 MiB (too large): inject it in parts"},
+		{[]string{"inject", "-f", bigDoc}, ExitFailure, "document 2: over 3 MiB (too large): no API server takes an object that large"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

@@ -47,9 +47,12 @@ func runResume(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *via != "" {
 		token := ""
 		if *tokenFile != "" {
-			if token, err = readToken(*tokenFile); err != nil {
+			tf, err := readToken(*tokenFile)
+			if err != nil {
 				return usagef("--token-file: %v", err)
 			}
+			tf.warnMode(log)
+			token = tf.token
 		}
 		c, err := newViaClient(*via, token)
 		if err != nil {

@@ -128,7 +128,7 @@ func serveWebhook(ctx context.Context, cfg webhookConfig, log *slog.Logger) erro
 	wsrv := server.NewHTTPServer(h.Mux())
 	wsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
 	wsrv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug) // TLS handshake noise from probes
-	hsrv := server.NewHTTPServer(webhook.HealthMux(certs.Ready, reg))
+	hsrv := server.NewHTTPServer(webhook.HealthMux(certs.Err, reg))
 
 	certCtx, stopCerts := context.WithCancel(ctx)
 	defer stopCerts()

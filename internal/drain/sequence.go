@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -94,6 +95,9 @@ type Status struct {
 	EnvoyState string       `json:"envoy_state,omitempty"`
 	LastError  string       `json:"last_error,omitempty"`
 	Polls      int          `json:"polls"`
+	// Set while Envoy's admin API, having answered, fails every poll (a wedged or stopped Envoy): when its
+	// last good answer came. Open is then that answer's count, as old as this.
+	AdminStalledSince *time.Time `json:"admin_unanswered_since,omitempty"`
 	// Who started this drain, how many triggers joined it since, and a resume after it (see Engine.Resume).
 	TriggeredBy *Caller  `json:"triggered_by,omitempty"`
 	Joined      int64    `json:"joined"`
@@ -165,6 +169,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 
 	// 3 and 4. Keep accepting for the minimum duration, then release once the work in flight is done.
 	topo := newTopologyReader(e.admin, log)
+	var stall adminStall
 	settled := time.Now().Add(cfg.MinDuration)
 	st.Phase = PhaseMinDuration
 	e.publish(ptr(st))
@@ -175,6 +180,8 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		st.Polls++
 		switch {
 		case err == nil:
+			stall.answered(log, polled, st.Open)
+			st.AdminStalledSince = nil
 			c := topo.count(ctx, snap, cfg.Mode, cfg.Selector)
 			if OpenCount(c.Open) != st.Open {
 				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
@@ -187,7 +194,9 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			return gone()
 		default:
 			st.LastError = err.Error()
-			log.Debug("polling envoy stats failed", "err", err)
+			if ctx.Err() == nil { // a poll cut short by the deadline or a cancel is no failure of Envoy's
+				st.AdminStalledSince = stall.failed(log, err, st.Open)
+			}
 		}
 		now := time.Now()
 		if !now.Before(settled) {
@@ -213,9 +222,58 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			if st.LastError != "" && !st.Open.Known() {
 				return finish(OutcomeError, "deadline %s reached without reading envoy's stats: %s", cfg.Timeout, st.LastError)
 			}
+			if st.AdminStalledSince != nil {
+				return finish(OutcomeTimeout, "deadline %s reached: envoy's admin API stopped answering %s before "+
+					"(%d polls failed since its last answer at %s, which counted %s): %s", cfg.Timeout,
+					time.Since(stall.lastGood).Round(time.Millisecond), stall.fails,
+					stall.lastGood.UTC().Format(time.RFC3339Nano), openText(st.Open), st.LastError)
+			}
 			return finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, openText(st.Open))
 		}
 	}
+}
+
+// adminStall follows an admin API that stops answering the polls: the first failure and the recovery are
+// logged as warnings (the polls between are not: one line per interval would flood the log of a wedged
+// Envoy), and a drain that reaches its deadline meanwhile says so instead of reporting a stale count.
+type adminStall struct {
+	lastGood time.Time // when the last poll that answered began; zero before the first
+	since    time.Time // when the first failed poll of this stall began; zero while polls answer
+	fails    int
+}
+
+// answered records a poll that began at polled and answered; open is the count before this poll.
+func (a *adminStall) answered(log *slog.Logger, polled time.Time, open OpenCount) {
+	if !a.since.IsZero() {
+		log.Warn("envoy admin API answers again", "failed_polls", a.fails,
+			"unanswered_for", polled.Sub(a.lastGoodOr(a.since)).Round(time.Millisecond).String(), "last_open", open)
+	}
+	a.lastGood, a.since, a.fails = polled, time.Time{}, 0
+}
+
+// failed records a failed poll and returns when the admin API last answered, or nil if it never did.
+func (a *adminStall) failed(log *slog.Logger, err error, open OpenCount) *time.Time {
+	a.fails++
+	if a.since.IsZero() {
+		a.since = time.Now()
+		attrs := []any{"err", err, "last_open", open}
+		if !a.lastGood.IsZero() {
+			attrs = append(attrs, "last_answer", a.lastGood.UTC().Format(time.RFC3339Nano),
+				"last_answer_ago", time.Since(a.lastGood).Round(time.Millisecond).String())
+		}
+		log.Warn("envoy admin API stopped answering; holding the drain until it answers or the deadline", attrs...)
+	}
+	if a.lastGood.IsZero() {
+		return nil
+	}
+	return ptr(a.lastGood)
+}
+
+func (a *adminStall) lastGoodOr(t time.Time) time.Time {
+	if a.lastGood.IsZero() {
+		return t
+	}
+	return a.lastGood
 }
 
 // While waiting to release, the engine polls as often as polls are cheap: pollCostFactor times what the

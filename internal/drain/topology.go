@@ -2,15 +2,19 @@ package drain
 
 import (
 	"context"
+	"iter"
 	"log/slog"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 )
 
 // Reads of Envoy's listener configuration during one drain. The first poll reads it. After that, a read
-// happens only when the stats show a listener scope the last read did not know (a listener added since),
-// at most once per topologyRereadGap: a read costs Envoy's main thread about as much as a poll on a large
+// happens only when the stats show a listener scope or an HTTP manager scope the last read did not know (a
+// listener added since, or an LDS update that gave a listener another HTTP manager, whose connections would
+// otherwise count as connections no manager owns), at most once per topologyRereadGap: a read costs Envoy's main thread about as much as a poll on a large
 // configuration (~100 ms with 10,000 clusters), so it is never made on every poll. A failed read is retried
 // after topologyRetryFirst, doubling up to topologyRetryLast; until one succeeds the count uses the rule
 // without the configuration (Basis "fallback: …"), or keeps the last configuration read.
@@ -27,7 +31,7 @@ type topologyReader struct {
 	log   *slog.Logger
 
 	topo    *envoyadmin.Topology // the last configuration read; nil until one read succeeds
-	known   map[string]bool      // listener scopes (canonical) of topo, or seen in the stats when it was read
+	known   map[string]bool      // listener and HTTP manager scopes (canonical) of topo, or seen in the stats when it was read
 	read    bool                 // a read was attempted
 	next    time.Time            // no read before this
 	backoff time.Duration        // after a failed read
@@ -52,7 +56,7 @@ func (r *topologyReader) count(ctx context.Context, snap envoyadmin.Snapshot, mo
 }
 
 // due reports whether a read should be made now: the first one, a retry after a failure, or a listener
-// scope in the stats that the configuration did not know when it was read.
+// or HTTP manager scope in the stats that the configuration did not know when it was read.
 func (r *topologyReader) due(snap envoyadmin.Snapshot, now time.Time) bool {
 	switch {
 	case !r.read:
@@ -63,6 +67,11 @@ func (r *topologyReader) due(snap envoyadmin.Snapshot, now time.Time) bool {
 		return true
 	}
 	for name := range snap.Listeners {
+		if s := envoyadmin.CanonicalScope(name); !r.known[s] && !builtin(s) {
+			return true
+		}
+	}
+	for name := range snap.HTTP {
 		if s := envoyadmin.CanonicalScope(name); !r.known[s] && !builtin(s) {
 			return true
 		}
@@ -94,19 +103,26 @@ func (r *topologyReader) refresh(ctx context.Context, snap envoyadmin.Snapshot) 
 		r.log.Info("envoy's listener configuration read after failures", "listeners", len(topo.Listeners))
 	}
 	r.topo, r.backoff, r.next, r.reason = &topo, 0, now.Add(topologyRereadGap), ""
-	r.known = make(map[string]bool, len(topo.Listeners)+len(snap.Listeners))
+	r.known = make(map[string]bool, len(topo.Listeners)+len(snap.Listeners)+len(snap.HTTP))
 	for _, l := range topo.Listeners {
 		r.known[l.Scope] = true
-	}
-	// Listeners the stats show but the configuration still does not (removed, still closing their
-	// connections) count on their own; they do not make every later poll read again.
-	var unknown []string
-	for name := range snap.Listeners {
-		if s := envoyadmin.CanonicalScope(name); !r.known[s] && !builtin(s) {
-			r.known[s] = true
-			unknown = append(unknown, s)
+		for _, h := range l.HTTP {
+			r.known[h] = true
 		}
 	}
+	// Listeners and HTTP managers the stats show but the configuration still does not (removed, still
+	// closing their connections; a manager of a listener without a stat scope) count as Count says; they do
+	// not make every later poll read again.
+	var unknown []string
+	for _, names := range []iter.Seq[string]{maps.Keys(snap.Listeners), maps.Keys(snap.HTTP)} {
+		for name := range names {
+			if s := envoyadmin.CanonicalScope(name); !r.known[s] && !builtin(s) {
+				r.known[s] = true
+				unknown = append(unknown, s)
+			}
+		}
+	}
+	slices.Sort(unknown)
 	level := slog.LevelDebug
 	if !first && len(unknown) > 0 {
 		level = slog.LevelInfo

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -74,6 +76,9 @@ type Client struct {
 	warned  atomic.Bool
 	dropped atomic.Int64
 	sent    atomic.Int64
+	// refused counts the Events the API server refused, by the reason of its answer (Forbidden, Invalid, …);
+	// written by the sending goroutine only, read by Close after it has returned.
+	refused map[metav1.StatusReason]int
 }
 
 // New returns a Client for cfg. It never fails: without a pod name and namespace, or without an API server
@@ -91,7 +96,7 @@ func New(cfg Config, log *slog.Logger) *Client {
 func newClient(cfg Config, log *slog.Logger, send sendFunc) *Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, log: log, send: send, queue: make(chan eventsv1.Event, QueueSize),
-		stop: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+		stop: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), refused: map[metav1.StatusReason]int{}}
 	go c.run()
 	return c
 }
@@ -124,7 +129,7 @@ func (c *Client) Record(e Event) {
 		ReportingInstance:   instance(c.cfg),
 		Action:              action,
 		Reason:              e.Reason,
-		Note:                e.Note,
+		Note:                Note(e.Note), // an Event with a longer note is refused whole
 		Type:                e.Type,
 	}
 	select {
@@ -165,7 +170,11 @@ func (c *Client) Close(wait time.Duration) {
 			if c.warned.CompareAndSwap(false, true) { // nothing said so yet: an API server that never answered
 				level = c.log.Warn
 			}
-			level("kubernetes events not recorded", "dropped", n, "sent", c.sent.Load(), "pod", c.cfg.Namespace+"/"+c.cfg.Pod)
+			attrs := []any{"dropped", n, "sent", c.sent.Load(), "pod", c.cfg.Namespace + "/" + c.cfg.Pod}
+			if len(c.refused) > 0 {
+				attrs = append(attrs, "refused", refusedText(c.refused))
+			}
+			level("kubernetes events not recorded", attrs...)
 		}
 	})
 }
@@ -207,14 +216,31 @@ func (c *Client) deliver(ev eventsv1.Event) {
 	if c.ctx.Err() != nil {
 		return
 	}
-	// One warning per process: an API server that refuses once (RBAC, network policy) refuses every time,
-	// and the log is the drain's, not the Events'.
-	if c.warned.CompareAndSwap(false, true) {
-		c.log.Warn("cannot record kubernetes events; the drain goes on without them", "reason", ev.Reason,
-			"pod", c.cfg.Namespace+"/"+c.cfg.Pod, "err", err)
+	// One warning per reason of refusal: an API server that refuses once for a reason (RBAC: Forbidden)
+	// refuses every time, and the log is the drain's, not the Events'; another reason (Invalid: an Event the
+	// API server will not take) is news. Close says how many were refused for each.
+	why := apierrors.ReasonForError(err)
+	if why == metav1.StatusReasonUnknown {
+		why = "Error" // no answer from the API server: a network error, a timeout
+	}
+	c.refused[why]++
+	if c.refused[why] == 1 {
+		c.warned.Store(true)
+		c.log.Warn("cannot record kubernetes events; going on without them (logged once per reason of refusal)",
+			"reason", ev.Reason, "refusal", string(why), "pod", c.cfg.Namespace+"/"+c.cfg.Pod, "err", err)
 		return
 	}
-	c.log.Debug("kubernetes event not recorded", "reason", ev.Reason, "err", err)
+	c.log.Debug("kubernetes event not recorded", "reason", ev.Reason, "refusal", string(why), "err", err)
+}
+
+// refusedText is the count of refused Events by reason of refusal, in a stable order: "Forbidden=3 Invalid=1".
+func refusedText(m map[metav1.StatusReason]int) string {
+	var parts []string
+	for why, n := range m {
+		parts = append(parts, fmt.Sprintf("%s=%d", why, n))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, " ")
 }
 
 // eventName is unique per Pod and moment, as the API server's own components name theirs: "<pod>.<hex ns>".

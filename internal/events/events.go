@@ -52,7 +52,7 @@ func Started(d *drain.Drain, timeout time.Duration) Event {
 		who += " from " + by.Remote
 	}
 	return Event{Type: corev1.EventTypeNormal, Reason: ReasonDrainStarted,
-		Note: note(fmt.Sprintf("drain started by %s; releases within %s at the latest", who, timeout))}
+		Note: Note(fmt.Sprintf("drain started by %s; releases within %s at the latest", who, timeout))}
 }
 
 // Finished is the Event of a released drain. st is the engine's Status after the release (its Groups and
@@ -63,7 +63,7 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 	switch r.Outcome {
 	case drain.OutcomeDrained:
 		return Event{Type: corev1.EventTypeNormal, Reason: ReasonDrained,
-			Note: note(fmt.Sprintf("drained in %s, %s left", took, openText(r.Open)))}
+			Note: Note(fmt.Sprintf("drained in %s, %s left", took, openText(r.Open)))}
 	case drain.OutcomeTimeout:
 		text := r.Reason
 		if st.Started != nil && st.Started.Equal(d.Started()) {
@@ -71,13 +71,13 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 				text += "; still in flight: " + open
 			}
 		}
-		return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainTimedOut, Note: note(text)}
+		return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainTimedOut, Note: Note(text)}
 	case drain.OutcomeEnvoyGone:
-		return Event{Type: corev1.EventTypeWarning, Reason: ReasonEnvoyGone, Note: note(r.Reason)}
+		return Event{Type: corev1.EventTypeWarning, Reason: ReasonEnvoyGone, Note: Note(r.Reason)}
 	case drain.OutcomeCanceled:
-		return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainCanceled, Note: note(r.Reason)}
+		return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainCanceled, Note: Note(r.Reason)}
 	}
-	return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainFailed, Note: note(r.Reason)}
+	return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainFailed, Note: Note(r.Reason)}
 }
 
 // inFlight lists what the last poll counted, group by group ("listener.0.0.0.0_8080 + http.ingress: 2
@@ -128,8 +128,8 @@ func openText(n drain.OpenCount) string {
 	return fmt.Sprintf("%d in flight", n)
 }
 
-// note cuts a text to MaxNote bytes, on a rune boundary, marking the cut.
-func note(s string) string {
+// Note cuts a text to MaxNote bytes, on a rune boundary, marking the cut.
+func Note(s string) string {
 	if len(s) <= MaxNote {
 		return s
 	}

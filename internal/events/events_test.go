@@ -12,8 +12,11 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unicode/utf8"
 
 	eventsv1 "k8s.io/api/events/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
@@ -239,11 +242,11 @@ func TestInFlight(t *testing.T) {
 
 func TestNoteLimit(t *testing.T) {
 	long := strings.Repeat("é", MaxNote) // 2 bytes each
-	got := note(long)
+	got := Note(long)
 	if len(got) > MaxNote || !strings.HasSuffix(got, " …") || !strings.HasPrefix(got, "éé") {
 		t.Errorf("note of %d bytes: got %d bytes ending %q", len(long), len(got), got[len(got)-6:])
 	}
-	if got := note("short"); got != "short" {
+	if got := Note("short"); got != "short" {
 		t.Errorf("short note changed: %q", got)
 	}
 }
@@ -270,6 +273,12 @@ func (b *logBuffer) warnings() []string {
 		}
 	}
 	return w
+}
+
+func (b *logBuffer) text() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 func newLog() (*slog.Logger, *logBuffer) {
@@ -397,4 +406,40 @@ func TestEventName(t *testing.T) {
 	if got := eventName(strings.Repeat("a", 253), at); len(got) != 253 || !strings.HasSuffix(got, ".1234") {
 		t.Errorf("long pod name: %d bytes %q", len(got), got[240:])
 	}
+}
+
+// TestClientWarnsOncePerRefusal: each reason the API server refuses Events for is one warning (a second reason
+// is news, a repeat is not), and Close counts the refusals by reason. A note over MaxNote is cut to MaxNote, so
+// that the API server does not refuse the Event for its length.
+func TestClientWarnsOncePerRefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		log, buf := newLog()
+		var notes []string
+		c := newClient(testPod, log, func(ctx context.Context, ev *eventsv1.Event) error {
+			notes = append(notes, ev.Note)
+			switch ev.Reason {
+			case ReasonDrainStarted:
+				return apierrors.NewForbidden(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "", errors.New("RBAC"))
+			default:
+				return apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "e", nil)
+			}
+		})
+		for _, reason := range []string{ReasonDrainStarted, ReasonDrainStarted, "Other", ReasonDrainStarted, "Other"} {
+			c.Record(Event{Type: "Normal", Reason: reason, Note: strings.Repeat("é", 600)})
+			synctest.Wait()
+		}
+		c.Close(CloseWait)
+		w := buf.warnings()
+		if len(w) != 2 || !strings.Contains(w[0], `"refusal":"Forbidden"`) || !strings.Contains(w[1], `"refusal":"Invalid"`) {
+			t.Errorf("warnings %q, want two: Forbidden, then Invalid", w)
+		}
+		if !strings.Contains(buf.text(), `"refused":"Forbidden=3 Invalid=2"`) {
+			t.Errorf("log %s: want the refusals counted at Close", buf.text())
+		}
+		for _, n := range notes {
+			if len(n) > MaxNote || !utf8.ValidString(n) || !strings.HasSuffix(n, "…") {
+				t.Errorf("note of %d bytes (valid UTF-8 %v), want at most %d ending in …", len(n), utf8.ValidString(n), MaxNote)
+			}
+		}
+	})
 }

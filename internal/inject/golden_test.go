@@ -276,3 +276,47 @@ func golden(t *testing.T, path string, got []byte) {
 		t.Errorf("%s differs (go test -run '%s' -update rewrites it; the diff is the review):\ngot:\n%s\nwant:\n%s", path, t.Name(), got, want)
 	}
 }
+
+// splitDocuments splits a YAML stream at its "---" lines, keeping every byte: joining the separators and
+// bodies gives the input back (data is small: no limit applies).
+func splitDocuments(data []byte) []document {
+	var docs []document
+	sc := newDocScanner(bytes.NewReader(data))
+	sc.limit = len(data) + 1
+	for {
+		doc, err := sc.next()
+		if err != nil {
+			return docs
+		}
+		docs = append(docs, doc)
+	}
+}
+
+// endless is a reader of a YAML stream that never ends: a document of 1 MiB of comments again and again (cheap
+// to decode); it counts what was read of it.
+type endless struct{ read int64 }
+
+var endlessDoc = "---\n" + strings.Repeat("# "+strings.Repeat("x", 1021)+"\n", 1024)
+
+func (e *endless) Read(p []byte) (int, error) {
+	doc := endlessDoc
+	n := 0
+	for n < len(p) {
+		n += copy(p[n:], doc[(e.read+int64(n))%int64(len(doc)):])
+	}
+	e.read += int64(n)
+	return n, nil
+}
+
+// ManifestsFrom reads a stream document by document and stops at MaxStreamBytes with ErrTooLarge: an endless
+// stream (stdin from a wrong command) ends in an error naming the limit, having read not much more than it.
+func TestManifestsFromStopsAtTheLimit(t *testing.T) {
+	r := &endless{}
+	_, err := ManifestsFrom(r, Uninject, &bytes.Buffer{})
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "the manifests are over 32 MiB") {
+		t.Fatalf("ManifestsFrom(endless) = %v, want ErrTooLarge naming the limit", err)
+	}
+	if r.read > MaxStreamBytes+1 {
+		t.Errorf("read %d bytes, want at most the limit %d and one", r.read, MaxStreamBytes)
+	}
+}

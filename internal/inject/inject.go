@@ -445,8 +445,11 @@ func sidecarContainer(set settings, drainArgs []string) corev1.Container {
 		{Name: "sm-api", ContainerPort: set.Port, Protocol: corev1.ProtocolTCP},
 		{Name: "sm-metrics", ContainerPort: set.MetricsPort, Protocol: corev1.ProtocolTCP},
 	}
+	// Liveness on the metrics listener, not the API's: the API's connections are capped (--max-connections), and
+	// clients holding them open (a few hundred idle keep-alives) would starve the probe past kubelet's 1 s
+	// timeout and get the sidecar restarted. The metrics listener has its own connections and serves /healthz.
 	c.LivenessProbe = &corev1.Probe{
-		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: portOf(set.Port)}},
+		ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: portOf(set.MetricsPort)}},
 		PeriodSeconds:    10,
 		FailureThreshold: 3,
 	}

@@ -1,6 +1,7 @@
 package inject
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -18,22 +19,50 @@ import (
 // PodFunc is a mutation of one pod (template): Inject with a Config, or Uninject.
 type PodFunc func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error
 
+// Limits on what Manifests reads, so that a wrong file (a log, a dump) or a stream meant for another tool fails
+// at once with an error that says so, instead of taking memory in proportion (a YAML document decoded to
+// objects takes several times its size). A document over MaxDocumentBytes could never be applied: the API
+// server refuses a request body over 3 MiB (and etcd an object over 1.5 MiB). MaxStreamBytes is far over
+// any chart's rendering (a few MiB); a larger stream is split and injected in parts.
+const (
+	MaxDocumentBytes = 3 << 20
+	MaxStreamBytes   = 32 << 20
+)
+
+// ErrTooLarge is returned (wrapped, naming the limit and the document) by Manifests for a stream over
+// MaxStreamBytes or a document over MaxDocumentBytes.
+var ErrTooLarge = errors.New("too large")
+
 // Manifests applies fn to the pod of every workload in a stream of YAML documents, and returns the
 // stream with those documents re-encoded. Every other document, and every workload fn leaves unchanged,
 // is written back byte for byte, with its separator line, in order. Errors name the document (1-based
 // index, kind, name). A workload fn skips (ErrOptedOut, ErrNoEnvoy) is left unchanged with a note; notes
 // (and annotations on the workload instead of its pod template) go to notes.
 func Manifests(data []byte, fn PodFunc, notes io.Writer) ([]byte, error) {
+	return ManifestsFrom(bytes.NewReader(data), fn, notes)
+}
+
+// ManifestsFrom is Manifests over a reader, which it reads one document at a time: what it holds is the
+// output and the document at hand, never the whole input. It reads at most MaxStreamBytes, and no
+// document over MaxDocumentBytes (ErrTooLarge).
+func ManifestsFrom(r io.Reader, fn PodFunc, notes io.Writer) ([]byte, error) {
 	var out bytes.Buffer
-	for i, doc := range splitDocuments(data) {
-		body, err := transformDocument(doc.body, fn, notes, fmt.Sprintf("document %d", i+1))
+	sc := newDocScanner(io.LimitReader(r, MaxStreamBytes+1))
+	for i := 1; ; i++ {
+		doc, err := sc.next()
+		if errors.Is(err, io.EOF) {
+			return out.Bytes(), nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		body, err := transformDocument(doc.body, fn, notes, fmt.Sprintf("document %d", i))
 		if err != nil {
 			return nil, err
 		}
 		out.Write(doc.separator)
 		out.Write(body)
 	}
-	return out.Bytes(), nil
 }
 
 // document is one YAML document: the separator line before it ("---…\n", empty for the first document
@@ -42,30 +71,81 @@ type document struct{ separator, body []byte }
 
 var separatorLine = regexp.MustCompile(`^---(\s.*)?$`)
 
-// splitDocuments splits a YAML stream at its "---" lines, keeping every byte: joining the separators and
-// bodies gives the input back.
-func splitDocuments(data []byte) []document {
-	var docs []document
-	cur := document{}
-	for len(data) > 0 {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line = data[:i+1]
+// docScanner reads the documents of a YAML stream one at a time, as splitDocuments splits them.
+type docScanner struct {
+	r     *bufio.Reader
+	limit int      // most bytes of one document (MaxDocumentBytes)
+	read  int64    // bytes read so far
+	cur   document // the document being read (its separator line already read)
+	any   bool     // a document was returned
+	ended bool     // the input is read to its end
+}
+
+func newDocScanner(r io.Reader) *docScanner {
+	return &docScanner{r: bufio.NewReaderSize(r, 64<<10), limit: MaxDocumentBytes}
+}
+
+func (s *docScanner) tooLarge() error {
+	return fmt.Errorf("over %d MiB (%w): no API server takes an object that large (its limit on a request is 3 MiB)", s.limit>>20, ErrTooLarge)
+}
+
+// next returns the next document, io.EOF after the last, or an error wrapping ErrTooLarge.
+func (s *docScanner) next() (document, error) {
+	for !s.ended {
+		line, err := s.readLine()
+		switch {
+		case errors.Is(err, io.EOF):
+			s.ended = true
+		case err != nil:
+			return document{}, err
 		}
-		data = data[len(line):]
-		if separatorLine.Match(bytes.TrimRight(line, "\r\n")) {
-			if cur.separator != nil || len(cur.body) > 0 {
-				docs = append(docs, cur)
+		if s.read > MaxStreamBytes {
+			return document{}, fmt.Errorf("the manifests are over %d MiB (%w): inject them in parts", MaxStreamBytes>>20, ErrTooLarge)
+		}
+		if len(line) > 0 && separatorLine.Match(bytes.TrimRight(line, "\r\n")) {
+			doc := s.cur
+			s.cur = document{separator: append([]byte(nil), line...)}
+			if doc.separator != nil || len(doc.body) > 0 {
+				s.any = true
+				return doc, nil
 			}
-			cur = document{separator: line}
 			continue
 		}
-		cur.body = append(cur.body, line...)
+		if len(s.cur.body)+len(line) > s.limit {
+			return document{}, s.tooLarge()
+		}
+		s.cur.body = append(s.cur.body, line...)
 	}
-	if cur.separator != nil || len(cur.body) > 0 || len(docs) == 0 {
-		docs = append(docs, cur)
+	doc := s.cur
+	s.cur = document{}
+	if doc.separator != nil || len(doc.body) > 0 || !s.any {
+		s.any = true
+		return doc, nil
 	}
-	return docs
+	return document{}, io.EOF
+}
+
+// readLine reads one line with its newline (none at the end of the input), valid until the next read; a line
+// longer than a document may be is an error.
+func (s *docScanner) readLine() ([]byte, error) {
+	var long []byte
+	for {
+		chunk, err := s.r.ReadSlice('\n')
+		s.read += int64(len(chunk))
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			if err != nil && !errors.Is(err, io.EOF) {
+				err = fmt.Errorf("reading the manifests: %w", err)
+			}
+			if long == nil {
+				return chunk, err
+			}
+			return append(long, chunk...), err
+		}
+		if len(long)+len(chunk) > s.limit {
+			return nil, s.tooLarge()
+		}
+		long = append(long, chunk...)
+	}
 }
 
 // header is what every object says about itself.

@@ -59,7 +59,8 @@ type Options struct {
 //	GET|POST /shutdown       starts the drain or joins it, blocks until it releases: 200 when drained (or
 //	                         Envoy already gone), 503 on timeout or error; the body is one line with the reason.
 //	                         401 without the token (when one is set), 429 at once when MaxWaiters callers
-//	                         already wait, 405 for any other method (HEAD included: it must not drain).
+//	                         already wait (a caller of a finished drain is not a waiter: it gets the result),
+//	                         405 for any other method (HEAD included: it must not drain).
 //	POST /resume[?force=1]   makes Envoy LIVE again: 200; 409 while a drain runs (unless force, which cancels
 //	                         it); 401 without the token; 502 when Envoy's admin fails
 //	GET  /status             the drain's Status as JSON
@@ -159,15 +160,18 @@ func (a *api) shutdown(w http.ResponseWriter, r *http.Request) {
 		a.refuse(w, by, "/shutdown", http.StatusUnauthorized, "unauthorized", "unauthorized: missing or wrong bearer token")
 		return
 	}
-	// The cap is taken before the trigger: a caller over it neither waits nor starts anything.
-	if n := a.waiters.Add(1); n > int64(a.opts.MaxWaiters) {
-		a.waiters.Add(-1)
-		a.refuse(w, by, "/shutdown", http.StatusTooManyRequests, "busy",
-			fmt.Sprintf("busy: %d callers already wait for the drain (--max-waiters); it goes on without this one", a.opts.MaxWaiters))
-		return
+	// The cap counts waiters. While no drain has finished, it is taken before the trigger: a caller over it
+	// neither waits nor starts anything. A caller of a finished drain is not a waiter: it gets that drain's
+	// result at once (after the one shared read of Envoy's state), and takes a place only if Envoy was LIVE
+	// again and its trigger started a new drain to wait for.
+	counted := false
+	if a.engine.Status().Outcome == "" {
+		if !a.takeWaiter(w, by) {
+			return
+		}
+		counted = true
+		defer a.dropWaiter()
 	}
-	a.metrics.waiters.Inc()
-	defer func() { a.waiters.Add(-1); a.metrics.waiters.Dec() }()
 
 	d, err := a.engine.Trigger(r.Context(), by)
 	if err != nil {
@@ -176,6 +180,12 @@ func (a *api) shutdown(w http.ResponseWriter, r *http.Request) {
 		}
 		http.Error(w, "shutdown manager stopping: "+err.Error(), http.StatusServiceUnavailable)
 		return
+	}
+	if !counted && !isDone(d) {
+		if !a.takeWaiter(w, by) {
+			return
+		}
+		defer a.dropWaiter()
 	}
 	select {
 	case <-d.Done():
@@ -193,6 +203,29 @@ func (a *api) shutdown(w http.ResponseWriter, r *http.Request) {
 	}
 	w.WriteHeader(code)
 	fmt.Fprintf(w, "%s: %s\n", res.Outcome, res.Reason)
+}
+
+// takeWaiter takes a place under --max-waiters, or answers 429 and reports false.
+func (a *api) takeWaiter(w http.ResponseWriter, by drain.Caller) bool {
+	if n := a.waiters.Add(1); n > int64(a.opts.MaxWaiters) {
+		a.waiters.Add(-1)
+		a.refuse(w, by, "/shutdown", http.StatusTooManyRequests, "busy",
+			fmt.Sprintf("busy: %d callers already wait for the drain (--max-waiters); it goes on without this one", a.opts.MaxWaiters))
+		return false
+	}
+	a.metrics.waiters.Inc()
+	return true
+}
+
+func (a *api) dropWaiter() { a.waiters.Add(-1); a.metrics.waiters.Dec() }
+
+func isDone(d *drain.Drain) bool {
+	select {
+	case <-d.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 func (a *api) resume(w http.ResponseWriter, r *http.Request) {

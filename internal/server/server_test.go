@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -302,6 +303,94 @@ func TestMaxWaiters(t *testing.T) {
 	if st := e.Status(); st.Outcome != drain.OutcomeCanceled || !strings.HasPrefix(st.Reason, "canceled by resume after") || st.Resumed == nil {
 		t.Errorf("status after forced resume: outcome %s reason %q resumed %v", st.Outcome, st.Reason, st.Resumed)
 	}
+}
+
+// slowStateAdmin is a drained Envoy whose /server_info, once armed, answers only when the test lets it: the
+// callers of a finished drain then all wait for the one shared state check at the same time.
+type slowStateAdmin struct {
+	drainedAdmin
+	armed   *atomic.Bool
+	release chan struct{}
+}
+
+func (s slowStateAdmin) ServerState(ctx context.Context) (envoyadmin.ServerState, error) {
+	if s.armed.Load() {
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	return envoyadmin.StateDraining, nil
+}
+
+// The waiter cap applies to waiters: callers of a finished drain, however many at once, get its result and
+// never 429, even while they all wait for the shared read of Envoy's state.
+func TestMaxWaitersNotForFinishedDrain(t *testing.T) {
+	admin := slowStateAdmin{armed: new(atomic.Bool), release: make(chan struct{})}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	e, err := drain.New(drain.Config{Timeout: time.Minute, Interval: 20 * time.Millisecond,
+		Mode: drain.ModeInflight, ListenerDrain: drain.ListenerDrainNone}, admin, log, drain.NewMetrics(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	engine := &countingEngine{Engine: e}
+	srv := httptest.NewServer(New(engine, Options{Log: log, Registerer: reg, MaxWaiters: 2}))
+	defer func() { cancel(); <-done; srv.Close() }()
+
+	if code, body, _ := do(t, http.MethodGet, srv.URL+"/shutdown", nil); code != 200 || !strings.HasPrefix(body, "drained: ") {
+		t.Fatalf("first /shutdown = %d %q, want 200 drained", code, body)
+	}
+	admin.armed.Store(true)
+	const callers = 6
+	type answer struct {
+		code int
+		body string
+	}
+	answers := make(chan answer, callers)
+	for range callers {
+		go func() {
+			resp, err := http.Get(srv.URL + "/shutdown")
+			if err != nil {
+				answers <- answer{body: err.Error()}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, string(b)}
+		}()
+	}
+	busy := func() float64 {
+		return testutil.ToFloat64(counterOf(t, reg, "shutdown_manager_api_refused_total", "/shutdown", "busy"))
+	}
+	// Every caller is in the engine (waiting for the one /server_info read) at once, or some were refused.
+	waitFor(t, "all callers triggering, or one refused", func() bool {
+		return engine.triggers.Load() == 1+callers || busy() > 0
+	})
+	close(admin.release)
+	for range callers {
+		if a := <-answers; a.code != 200 || !strings.HasPrefix(a.body, "drained: ") {
+			t.Errorf("caller after the drain = %d %q, want 200 with the finished drain's result", a.code, a.body)
+		}
+	}
+	if n := busy(); n != 0 {
+		t.Errorf("%v callers refused busy after the drain, want 0", n)
+	}
+}
+
+// countingEngine counts the calls of Trigger, made before the engine answers them.
+type countingEngine struct {
+	*drain.Engine
+	triggers atomic.Int64
+}
+
+func (c *countingEngine) Trigger(ctx context.Context, by drain.Caller) (*drain.Drain, error) {
+	c.triggers.Add(1)
+	return c.Engine.Trigger(ctx, by)
 }
 
 func gaugeOf(t *testing.T, reg *prometheus.Registry, name string) prometheus.Collector {

@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,6 +184,7 @@ type Envoy struct {
 	ldsPath string     // Dir/lds.json with Options.DynamicListeners
 	ldsMu   sync.Mutex // serialises AddHTTPListener
 	dynamic []any      // the listeners of lds.json
+	version int        // updates of lds.json that changed a listener (SetHTTPManager)
 
 	exited  chan struct{} // closed once the process is reaped
 	waitErr error         // result of Cmd.Wait; written before exited is closed
@@ -515,10 +518,55 @@ func (e *Envoy) AddHTTPListener(ctx context.Context, name string) (string, error
 	}
 }
 
+// SetHTTPManager replaces, through the file-based LDS of Options.DynamicListeners, the HTTP manager of the
+// listener name (added by AddHTTPListener) with one whose stat_prefix is statPrefix, leaving its name, stat
+// prefix and address as they are; it waits (bounded by ctx) until Envoy has applied the update (its
+// listener_manager.listener_modified counter grew), so that connections opened next reach the new manager.
+func (e *Envoy) SetHTTPManager(ctx context.Context, name, statPrefix string) error {
+	if e.ldsPath == "" {
+		return errors.New("testbed: SetHTTPManager needs Options.DynamicListeners")
+	}
+	e.ldsMu.Lock()
+	defer e.ldsMu.Unlock()
+	const modified = "listener_manager.listener_modified"
+	before, err := e.Stats(ctx, "^"+regexp.QuoteMeta(modified)+"$")
+	if err != nil {
+		return err
+	}
+	found := false
+	for i, d := range e.dynamic {
+		if l, ok := d.(map[string]any); ok && l["name"] == name {
+			l = maps.Clone(l)
+			l["filter_chains"] = []any{map[string]any{"filters": []any{httpManager(statPrefix)}}}
+			e.dynamic[i], found = l, true
+		}
+	}
+	if !found {
+		return fmt.Errorf("testbed: no dynamic listener %s", name)
+	}
+	e.version++
+	if err := e.writeLDS(); err != nil {
+		return err
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := e.Stats(ctx, "^"+regexp.QuoteMeta(modified)+"$")
+		if err == nil && st[modified] > before[modified] {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("testbed: listener %s not updated: %w (last: %v)", name, ctx.Err(), err)
+		case <-tick.C:
+		}
+	}
+}
+
 // writeLDS writes the dynamic listeners to ldsPath the way Envoy's file watch sees an update: to a
 // temporary file, then renamed over it.
 func (e *Envoy) writeLDS() error {
-	b, err := json.Marshal(map[string]any{"version_info": strconv.Itoa(len(e.dynamic)), "resources": append([]any{}, e.dynamic...)})
+	b, err := json.Marshal(map[string]any{"version_info": strconv.Itoa(len(e.dynamic) + e.version), "resources": append([]any{}, e.dynamic...)})
 	if err != nil {
 		return err
 	}

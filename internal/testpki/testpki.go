@@ -54,8 +54,13 @@ type Leaf struct {
 	Serial          *big.Int
 }
 
-// Leaf makes a serving certificate for the IP addresses and DNS names.
+// Leaf makes a serving certificate for the IP addresses and DNS names, valid from an hour ago for a day.
 func (ca *CA) Leaf(ips []net.IP, names ...string) (Leaf, error) {
+	return ca.LeafValid(time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour), ips, names...)
+}
+
+// LeafValid makes a serving certificate valid from notBefore to notAfter (an expired one, one not yet valid).
+func (ca *CA) LeafValid(notBefore, notAfter time.Time, ips []net.IP, names ...string) (Leaf, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return Leaf{}, fmt.Errorf("generating the key: %w", err)
@@ -63,8 +68,8 @@ func (ca *CA) Leaf(ips []net.IP, names ...string) (Leaf, error) {
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "serving"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotBefore:    notBefore,
+		NotAfter:     notAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  ips,

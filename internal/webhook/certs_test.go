@@ -1,13 +1,23 @@
 package webhook
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testpki"
 )
@@ -84,4 +94,125 @@ func TestCertFilesReload(t *testing.T) {
 			t.Errorf("%s: Ready = %v, want %v", s.name, c.Ready(), s.wantReady)
 		}
 	}
+}
+
+// syncBuffer is a log destination safe for the goroutine of Run and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// lines returns the log lines with msg.
+func (s *syncBuffer) lines(msg string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, l := range strings.Split(s.b.String(), "\n") {
+		if strings.Contains(l, `msg="`+msg+`"`) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Run logs a failure once while it lasts, with the count at its end (a deleted file is not logged every second);
+// a served certificate that expires, or is not valid yet, is a warning and fails /readyz with the reason.
+func TestCertFilesRunLogs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ca, err := testpki.NewCA("test")
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf := func(notBefore, notAfter time.Time) testpki.Leaf {
+			l, err := ca.LeafValid(notBefore, notAfter, []net.IP{net.IPv4(127, 0, 0, 1)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l
+		}
+		dir := t.TempDir()
+		certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+		write := func(l testpki.Leaf) {
+			t.Helper()
+			if err := os.WriteFile(certFile, l.CertPEM, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(keyFile, l.KeyPEM, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var log syncBuffer
+		c := NewCertFiles(certFile, keyFile, slog.New(slog.NewTextHandler(&log, nil)))
+		ready := func() (int, string) {
+			t.Helper()
+			rec := httptest.NewRecorder()
+			HealthMux(c.Err, prometheus.NewRegistry()).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			return rec.Code, rec.Body.String()
+		}
+		now := time.Now()
+		write(leaf(now.Add(-time.Hour), now.Add(10*time.Second)))
+		if _, err := c.Check(); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		go c.Run(ctx, time.Second)
+
+		// The certificate file deleted for five checks, then back.
+		if err := os.Remove(certFile); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(5*time.Second + time.Second/2)
+		synctest.Wait()
+		if got := log.lines("serving certificate not reloaded; the previous one is still served (logged once while it lasts)"); len(got) != 1 {
+			t.Errorf("a deleted certificate file for 5 checks logged %d times, want once: %q", len(got), got)
+		}
+		if code, body := ready(); code != 200 {
+			t.Errorf("/readyz with the previous certificate still valid = %d %q, want 200", code, body)
+		}
+		write(leaf(now.Add(-time.Hour), now.Add(10*time.Second)))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if got := log.lines("serving certificate files readable again"); len(got) != 1 || !strings.Contains(got[0], "failed_checks=5") {
+			t.Errorf("recovery logged %q, want once with failed_checks=5", got)
+		}
+
+		// It expires at 10s: a warning (once), and /readyz fails with the reason.
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		got := log.lines("serving certificate not valid; /readyz fails until a valid one is served")
+		if len(got) != 1 || !strings.Contains(got[0], "expired at") {
+			t.Errorf("expiry logged %q, want one warning saying it expired", got)
+		}
+		if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "the serving certificate expired at") {
+			t.Errorf("/readyz with an expired certificate = %d %q, want 503 saying it expired", code, body)
+		}
+
+		// A certificate not valid yet: the same, with its reason; then a valid one makes it ready again.
+		write(leaf(time.Now().Add(time.Hour), time.Now().Add(2*time.Hour)))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if code, body := ready(); code != http.StatusServiceUnavailable || !strings.Contains(body, "not valid before") {
+			t.Errorf("/readyz with a certificate not valid yet = %d %q, want 503 saying so", code, body)
+		}
+		if got := log.lines("serving certificate not valid; /readyz fails until a valid one is served"); len(got) != 2 {
+			t.Errorf("not valid yet logged %q, want a second warning", got)
+		}
+		write(leaf(time.Now().Add(-time.Hour), time.Now().Add(time.Hour)))
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if code, body := ready(); code != 200 {
+			t.Errorf("/readyz with a valid certificate again = %d %q, want 200", code, body)
+		}
+		if got := log.lines("serving certificate valid again"); len(got) != 1 {
+			t.Errorf("valid again logged %q, want once", got)
+		}
+		cancel()
+	})
 }

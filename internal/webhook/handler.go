@@ -27,6 +27,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 )
 
 // Path is where the API server sends pods (the MutatingWebhookConfiguration's service path or URL path).
@@ -143,6 +145,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := review.Request
+	if req.Operation == admissionv1.Delete || req.Operation == admissionv1.Connect {
+		// Only CREATE is registered; a rule edited by hand that sends these must not block them (an error
+		// answer under failurePolicy Fail would refuse `kubectl delete pod` or `kubectl exec`): allowed as is.
+		outcome = OutcomeSkipped
+		h.log.Debug("admission", "uid", uid, "namespace", req.Namespace, "operation", string(req.Operation), "outcome", string(outcome),
+			"reason", "only CREATE is mutated")
+		writeReview(w, http.StatusOK, &admissionv1.AdmissionResponse{UID: uid, Allowed: true})
+		return
+	}
 	pod := &corev1.Pod{}
 	if err := json.Unmarshal(req.Object.Raw, pod); err != nil {
 		h.log.Warn("bad admission request", "uid", uid, "err", err)
@@ -168,7 +179,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = patch, &pt
 	case OutcomeWarning:
-		msg := "shutdown-manager: pod not injected: " + d.Reason
+		// Bounded: the API server refuses an Event whose note is over events.MaxNote (the owner would never see
+		// it), and a warning that long is noise to the client.
+		msg := events.Note("shutdown-manager: pod not injected: " + d.Reason)
 		resp.Warnings = []string{msg}
 		if req.DryRun == nil || !*req.DryRun {
 			h.events.NotInjected(r.Context(), ownerOf(pod, req.Namespace), msg)
@@ -210,6 +223,9 @@ func readReview(r *http.Request) (*admissionv1.AdmissionReview, *requestError) {
 	req := review.Request
 	if req.UID == "" {
 		return review, badRequest("AdmissionReview request without a uid")
+	}
+	if req.Operation == admissionv1.Delete || req.Operation == admissionv1.Connect {
+		return review, nil // allowed unchanged by ServeHTTP, whatever the object (none for DELETE, options for CONNECT)
 	}
 	if req.Kind != podKind || req.Resource != podResource || req.SubResource != "" {
 		return review, badRequest("got kind %s, resource %s%s: only pods (v1 Pod) are mutated; check the rules of the MutatingWebhookConfiguration",

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	admissionv1 "k8s.io/api/admission/v1"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	kevents "github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
@@ -222,9 +225,28 @@ func TestServeHTTPAnswers(t *testing.T) {
 	explicit := appPod()
 	explicit.Labels[LabelInject] = LabelInjectEnabled
 	explicit.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d9", UID: "rs-uid", Controller: new(true)}}
+	// So many containers that the reason naming them is over the API server's limit on an Event's note.
+	crowded := explicit.DeepCopy()
+	crowded.Spec.Containers = nil
+	for i := range 100 {
+		crowded.Spec.Containers = append(crowded.Spec.Containers, corev1.Container{Name: fmt.Sprintf("worker-with-a-long-name-%03d", i), Image: "busybox"})
+	}
+	optedOut := envoyPod()
+	optedOut.Labels[LabelInject] = "false"
+	deleteReview := func(r *admissionv1.AdmissionReview) {
+		r.Request.Operation = admissionv1.Delete
+		r.Request.OldObject, r.Request.Object = r.Request.Object, runtime.RawExtension{}
+	}
+	connectReview := func(r *admissionv1.AdmissionReview) {
+		r.Request.Operation = admissionv1.Connect
+		r.Request.Kind = metav1.GroupVersionKind{Version: "v1", Kind: "PodExecOptions"}
+		r.Request.SubResource = "exec"
+		r.Request.Object = runtime.RawExtension{Raw: []byte(`{"kind":"PodExecOptions","apiVersion":"v1","command":["sh"]}`)}
+	}
 	tests := []struct {
 		name        string
 		pod         *corev1.Pod
+		edit        func(*admissionv1.AdmissionReview)
 		dryRun      bool
 		wantOutcome Outcome
 		wantPatch   bool
@@ -237,6 +259,11 @@ func TestServeHTTPAnswers(t *testing.T) {
 		{name: "pod opt-in, no Envoy", pod: explicit, wantOutcome: OutcomeWarning, wantWarning: "shutdown-manager: pod not injected: no Envoy container",
 			wantEvent: &Owner{"apps/v1", "ReplicaSet", "apps", "web-5d9", "rs-uid"}},
 		{name: "pod opt-in, no Envoy, dry run", pod: explicit, dryRun: true, wantOutcome: OutcomeWarning, wantWarning: "no Envoy container"},
+		{name: "pod opt-in, no Envoy, 100 containers", pod: crowded, wantOutcome: OutcomeWarning, wantWarning: "worker-with-a-long-name-000",
+			wantEvent: &Owner{"apps/v1", "ReplicaSet", "apps", "web-5d9", "rs-uid"}},
+		{name: "opted out by label", pod: optedOut, wantOutcome: OutcomeSkipped},
+		{name: "DELETE (a rule edited by hand)", pod: envoyPod(), edit: deleteReview, wantOutcome: OutcomeSkipped},
+		{name: "CONNECT (a rule edited by hand)", pod: envoyPod(), edit: connectReview, wantOutcome: OutcomeSkipped},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -244,6 +271,9 @@ func TestServeHTTPAnswers(t *testing.T) {
 			events := &recordedEvents{}
 			got := serve(t, newHandler(reg, events), http.MethodPost, "application/json; charset=utf-8", review(t, tt.pod, func(r *admissionv1.AdmissionReview) {
 				r.Request.DryRun = &tt.dryRun
+				if tt.edit != nil {
+					tt.edit(r)
+				}
 			}))
 			resp := got.review.Response
 			if got.code != 200 || !resp.Allowed || resp.UID != "0f1e2d3c-uid" {
@@ -258,6 +288,11 @@ func TestServeHTTPAnswers(t *testing.T) {
 			}
 			if tt.wantWarning == "" && len(resp.Warnings) > 0 || tt.wantWarning != "" && (len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], tt.wantWarning)) {
 				t.Errorf("warnings %q, want one containing %q", resp.Warnings, tt.wantWarning)
+			}
+			for _, w := range resp.Warnings {
+				if len(w) > kevents.MaxNote || !utf8.ValidString(w) {
+					t.Errorf("warning of %d bytes (valid UTF-8: %v), want at most %d: the API server refuses a longer Event", len(w), utf8.ValidString(w), kevents.MaxNote)
+				}
 			}
 			switch {
 			case tt.wantEvent == nil && len(events.owners) > 0:

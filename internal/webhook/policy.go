@@ -15,7 +15,8 @@ import (
 // defence, because a selector edited by hand must not make the webhook mutate the cluster's system pods or
 // its own replicas (which it could then never start again when they all crash).
 const (
-	// LabelInject with value LabelInjectEnabled on a namespace or on a pod opts the pod in.
+	// LabelInject with value LabelInjectEnabled on a namespace or on a pod opts the pod in; on a pod, the
+	// value "false" or "disabled" opts it out, like the annotation (Istio's sidecar.istio.io/inject convention).
 	LabelInject        = inject.Prefix + "inject"
 	LabelInjectEnabled = "enabled"
 	// LabelName with value OwnName marks the shutdown manager's own pods (the chart sets it): never injected.
@@ -67,7 +68,8 @@ type Decision struct {
 // concurrent use. It injects the pod with inject.Inject unless the pod is not ours to touch:
 //   - an operation other than CREATE (the configuration registers CREATE only);
 //   - a pod in kube-system, or one of the shutdown manager's own pods (see the constants above);
-//   - a pod opted out with the annotation shutdown-manager.io/inject: "false".
+//   - a pod opted out with the annotation shutdown-manager.io/inject: "false", or the label
+//     shutdown-manager.io/inject=false (or disabled).
 //
 // A pod that cannot be injected is admitted unchanged (never blocked): with a warning when the pod itself asked
 // for injection (the pod label, or the inject annotation "true") or carries a bad shutdown-manager.io/
@@ -82,6 +84,8 @@ func Decide(r Review, cfg inject.Config) Decision {
 		return Decision{Outcome: OutcomeSkipped, Reason: "namespace " + SystemNamespace + " is never injected"}
 	case pod.Labels[LabelName] == OwnName:
 		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("the shutdown manager's own pod (label %s=%s)", LabelName, OwnName)}
+	case pod.Labels[LabelInject] == "false" || pod.Labels[LabelInject] == "disabled":
+		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("opted out by label %s=%s", LabelInject, pod.Labels[LabelInject])}
 	}
 	out := pod.DeepCopy()
 	err := inject.Inject(&out.ObjectMeta, &out.Spec, cfg)

@@ -28,6 +28,10 @@ func TestDecide(t *testing.T) {
 		{"opted out", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) {
 			p.Annotations = map[string]string{inject.AnnotationInject: "false"}
 		}), OutcomeSkipped, "opted out"},
+		{"opted out by label false", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = "false" }),
+			OutcomeSkipped, "opted out by label shutdown-manager.io/inject=false"},
+		{"opted out by label disabled", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = "disabled" }),
+			OutcomeSkipped, "opted out by label shutdown-manager.io/inject=disabled"},
 		{"no Envoy, namespace opt-in", "apps", admissionv1.Create, appPod(), OutcomeSkipped, "no Envoy container"},
 		{"no Envoy, pod label", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = LabelInjectEnabled }), OutcomeWarning, "no Envoy container"},
 		{"no Envoy, pod annotation", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) {

@@ -1,18 +1,23 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
@@ -523,6 +528,89 @@ func TestAgentMetricsListen(t *testing.T) {
 		}
 		if code, _ := exitOf(t, e, 30*time.Second); code != 0 {
 			t.Errorf("agent exit code %d, want 0", code)
+		}
+	})
+}
+
+// The sidecar's liveness probe, where inject points it, answers within kubelet's 1 s probe timeout while 300
+// idle keep-alive connections hold the control port's every connection (--max-connections 256): the probe is
+// on the metrics listener, out of the cap's reach. The control port's own /healthz meanwhile waits in the
+// accept queue: that is the starvation the probe must not share.
+func TestLivenessProbeNotStarved(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		// Where inject sends the probe, as a listener of serve: --port is --listen, --metrics-port --metrics-listen.
+		pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: envoy, image: envoyproxy/envoy:v1.40.0}\n"
+		cmd := exec.Command(smBin, "inject", "--mode", "sidecar", "--hook", "http", "--port", "18090", "--metrics-port", "19090", "-f", "-")
+		cmd.Stdin = strings.NewReader(pod)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("inject: %v", err)
+		}
+		var injected corev1.Pod
+		if err := yaml.Unmarshal(out, &injected); err != nil {
+			t.Fatal(err)
+		}
+		var probe *corev1.Probe
+		for _, c := range append(injected.Spec.InitContainers, injected.Spec.Containers...) {
+			if c.Name == "shutdown-manager" {
+				probe = c.LivenessProbe
+			}
+		}
+		if probe == nil || probe.HTTPGet == nil {
+			t.Fatalf("no httpGet liveness probe on the injected sidecar:\n%s", out)
+		}
+
+		e := startEnvoy(t, bin, testbed.Options{})
+		p := start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-address", e.AdminURL}, fast()...)...)
+		l := p.waitLog(t, "serving", 10*time.Second)
+		listeners := map[int]string{18090: l.str("listen"), 19090: l.str("metrics_listen")}
+		probeAddr, ok := listeners[probe.HTTPGet.Port.IntValue()]
+		if !ok {
+			t.Fatalf("the probe's port %s is neither --port nor --metrics-port", probe.HTTPGet.Port.String())
+		}
+
+		// 300 clients each send one request and keep their connection open, idle; the first 256 are answered.
+		const idle, capacity = 300, 256
+		answered := make(chan struct{}, idle)
+		for range idle {
+			c, err := net.Dial("tcp", l.str("listen"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			if _, err := io.WriteString(c, "GET /status HTTP/1.1\r\nHost: sm\r\n\r\n"); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					answered <- struct{}{}
+				}
+			}()
+		}
+		for range capacity {
+			select {
+			case <-answered:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the control port did not answer %d idle clients", capacity)
+			}
+		}
+
+		// kubelet: timeoutSeconds 1 (the default), failureThreshold probes in a row.
+		kubelet := &http.Client{Timeout: time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+		for i := range int(max(probe.FailureThreshold, 1)) {
+			resp, err := kubelet.Get("http://" + probeAddr + probe.HTTPGet.Path)
+			if err != nil {
+				t.Fatalf("liveness probe %d on %s (port %s) failed with the control port full: %v", i+1, probeAddr, probe.HTTPGet.Port.String(), err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Errorf("liveness probe %d = %d, want 200", i+1, resp.StatusCode)
+			}
+		}
+		if resp, err := kubelet.Get("http://" + l.str("listen") + "/healthz"); err == nil {
+			resp.Body.Close()
+			t.Errorf("the control port answered /healthz (%d) with %d idle connections held: the test did not fill it", resp.StatusCode, idle)
 		}
 	})
 }

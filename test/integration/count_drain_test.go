@@ -297,3 +297,52 @@ func TestCountListenerAddedMidDrain(t *testing.T) {
 		}
 	})
 }
+
+// An LDS update in the middle of a drain gives a listener the drain already knows another HTTP manager (another
+// stat prefix): idle connections on it belong to that manager, and must not count as connections no manager
+// owns. The drain reads the listener configuration again when the stats show a manager it does not know, and
+// releases when the work in flight is done, long before its deadline.
+func TestCountManagerChangedMidDrain(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		addr, err := e.AddHTTPListener(ctx, "late")
+		if err != nil {
+			t.Fatal(err)
+		}
+		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
+		waitInFlight(t, e, 1)
+		p, a := serve(t, e, fast("--drain-timeout", "20s")...)
+		shutdown := make(chan int, 1)
+		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
+		a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "waiting" })
+		if err := e.SetHTTPManager(ctx, "late", "late2"); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+		}
+		waitStat(t, e, "http.late2.downstream_cx_active", 2)
+		if r := long.Wait(); r.OK != 1 {
+			t.Fatalf("the long request: %s", r)
+		}
+		if code := <-shutdown; code != http.StatusOK {
+			t.Fatalf("/shutdown = %d, want 200", code)
+		}
+		f := p.finished(t, 5*time.Second)
+		if f.Outcome != "drained" {
+			t.Errorf("outcome %q after %s (%s), want drained when the long request finished", f.Outcome, f.Duration, f.Reason)
+		}
+		if st, err := e.Stats(ctx, `^listener\.late\.downstream_cx_active$`); err != nil || st["listener.late.downstream_cx_active"] != 2 {
+			t.Errorf("idle connections on the changed listener after release: %v %v, want both open", st, err)
+		}
+		if reads := strings.Count(p.log(), `"msg":"envoy's listener configuration read"`); reads != 2 {
+			t.Errorf("the listener configuration was read %d times, want twice (at the start, and for the new manager):\n%s", reads, p.log())
+		}
+	})
+}

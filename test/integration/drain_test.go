@@ -362,3 +362,62 @@ func waitStatCond(t *testing.T, e *testbed.Envoy, name string, d time.Duration, 
 		}
 	}
 }
+
+// An Envoy whose admin API stops answering after it has answered (SIGSTOP: the process is there, its sockets
+// accept, nothing answers): the drain holds to its deadline and then says that the admin API stopped
+// answering, since when and what its last count was, never "0 in flight" as if it had been read then; the
+// first failure and the recovery are warnings.
+func TestAdminStopsAnswering(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		t.Run("until the deadline", func(t *testing.T) {
+			e := startEnvoy(t, bin, testbed.Options{})
+			t.Cleanup(func() { _ = e.Signal(syscall.SIGCONT) }) // before Stop: a stopped Envoy ignores SIGTERM
+			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "2s", "--check-interval", "100ms",
+				"--drain-timeout", "5s", "--admin-timeout", "300ms", "--log-level", "debug")
+			first := p.waitLog(t, "work in flight", 10*time.Second) // the first count read, during the minimum duration
+			if open, _ := first["open"].(float64); open != 0 {
+				t.Fatalf("first count %v, want 0 (nothing in flight)", first["open"])
+			}
+			if err := e.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			stalled := p.waitLog(t, "envoy admin API stopped answering; holding the drain until it answers or the deadline", 10*time.Second)
+			if stalled.str("level") != "WARN" || stalled.str("last_answer") == "" || stalled["last_open"] != float64(0) {
+				t.Errorf("first failure logged as %v, want a warning with the last answer's time and its count 0", stalled)
+			}
+			f := p.finished(t, 15*time.Second)
+			if code := p.wait(t, 5*time.Second); code != 1 {
+				t.Errorf("exit code %d, want 1 (timeout)", code)
+			}
+			if f.Outcome != "timeout" || !strings.Contains(f.Reason, "admin API stopped answering") ||
+				!strings.Contains(f.Reason, "which counted 0 in flight") || strings.Contains(f.Reason, "reached with 0 in flight") {
+				t.Errorf("outcome %q reason %q; want timeout saying the admin API stopped answering, with the last count 0", f.Outcome, f.Reason)
+			}
+			if f.Duration < 5*time.Second {
+				t.Errorf("released after %s, before the 5s deadline", f.Duration)
+			}
+		})
+		t.Run("and answers again", func(t *testing.T) {
+			e := startEnvoy(t, bin, testbed.Options{})
+			t.Cleanup(func() { _ = e.Signal(syscall.SIGCONT) })
+			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "2s", "--check-interval", "100ms",
+				"--drain-timeout", "30s", "--admin-timeout", "300ms", "--log-level", "debug")
+			p.waitLog(t, "work in flight", 10*time.Second)
+			if err := e.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			p.waitLog(t, "envoy admin API stopped answering; holding the drain until it answers or the deadline", 10*time.Second)
+			if err := e.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			again := p.waitLog(t, "envoy admin API answers again", 10*time.Second)
+			if again.str("level") != "WARN" || again["failed_polls"] == float64(0) || again.str("unanswered_for") == "" {
+				t.Errorf("recovery logged as %v, want a warning with the failed polls and for how long", again)
+			}
+			f := p.finished(t, 30*time.Second)
+			if code := p.wait(t, 5*time.Second); code != 0 || f.Outcome != "drained" {
+				t.Errorf("exit %d outcome %q (%s); want 0 drained once the admin API answers again", code, f.Outcome, f.Reason)
+			}
+		})
+	})
+}
