@@ -303,7 +303,7 @@ func TestCountListenerAddedMidDrain(t *testing.T) {
 // owns. The drain reads the listener configuration again when the stats show a manager it does not know, and
 // releases when the work in flight is done, long before its deadline.
 func TestCountManagerChangedMidDrain(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

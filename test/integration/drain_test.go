@@ -368,7 +368,7 @@ func waitStatCond(t *testing.T, e *testbed.Envoy, name string, d time.Duration, 
 // answering, since when and what its last count was, never "0 in flight" as if it had been read then; the
 // first failure and the recovery are warnings.
 func TestAdminStopsAnswering(t *testing.T) {
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		t.Run("until the deadline", func(t *testing.T) {
 			e := startEnvoy(t, bin, testbed.Options{})
 			t.Cleanup(func() { _ = e.Signal(syscall.SIGCONT) }) // before Stop: a stopped Envoy ignores SIGTERM
