@@ -151,21 +151,28 @@ func ruleLines(save string) []string {
 	return rules
 }
 
-// cgroupDirs lists the cgroup directories three levels deep in every hierarchy (kubepods and its QoS classes and
-// pods are at one to three).
+// cgroupDirs lists, in every hierarchy, the top-level cgroups (a new one, such as kubelet's kubepods, is the
+// cluster's) and the kubepods cgroups three levels deep (QoS classes and pods). Cgroups below another owner's
+// top-level one are that owner's business: on these machines the sandbox makes one per command it runs.
 func cgroupDirs() []string {
 	var out []string
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
 	for _, r := range roots {
 		_ = filepath.WalkDir(r, func(p string, d fs.DirEntry, err error) error {
-			if err != nil || !d.IsDir() {
+			if err != nil || !d.IsDir() || p == r {
 				return nil
 			}
 			rel, _ := filepath.Rel(r, p)
-			if depth := strings.Count(rel, "/") + 1; rel != "." && depth > 3 {
+			depth := strings.Count(rel, "/") + 1
+			switch {
+			case depth == 1:
+				out = append(out, p)
+				if !strings.HasPrefix(rel, "kubepods") {
+					return filepath.SkipDir
+				}
+			case depth > 3:
 				return filepath.SkipDir
-			}
-			if rel != "." {
+			default:
 				out = append(out, p)
 			}
 			return nil
