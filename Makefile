@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push envoy kube helm demo bench bench-webhook test unit fuzz vet clean deploy e2e
+.PHONY: all build image image-push envoy kube helm demo bench bench-webhook test unit integration apiserver fuzz vet clean deploy e2e
 
 all: build
 
@@ -27,11 +27,13 @@ image-push:
 envoy:
 	./scripts/install-envoy.sh
 
-# kube-apiserver, etcd and kubectl for test/kube (Kubernetes itself checks our manifests), built from the Go module
-# proxy at the versions tools/go.mod pins, into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/kube/<versions>/bin.
-# Nothing to do once built; cold, several minutes (the README has figures). KUBE_BIN_DIR overrides in tests.
+# kube-apiserver, etcd and kubectl for the API-server tiers (Kubernetes itself checks our manifests), built from the
+# Go module proxy at the versions tools/go.mod pins (the newest line), and the oldest supported line's kube-apiserver
+# (tools/kube-oldest/go.mod), into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/kube/<version>/bin. Nothing to do
+# once built; cold, several minutes each (the README has figures). KUBE_BIN_DIR overrides in tests.
 kube:
 	./scripts/kube-binaries.sh >/dev/null
+	KUBE_LINE=oldest ./scripts/kube-binaries.sh >/dev/null
 
 # Helm, for the chart's tests (test/chart), built from the Go module proxy at the version tools/helm/go.mod pins,
 # into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/helm/<version>/bin. Nothing to do once built; cold, minutes
@@ -63,17 +65,31 @@ e2e:
 bench-webhook: build
 	$(GO) run ./bench/webhookload -manager bin/shutdown-manager -out bench/results/webhook.json
 
-# Everything CI runs: vet, unit and real-Envoy integration tests with -race (both pinned Envoy versions), the
-# manifests and the Helm chart checked by a real kube-apiserver, fuzzing.
-test: envoy kube helm vet unit fuzz
+# Everything CI runs before the e2e, each tier a target named for what it runs: vet, the packages' own tests, the
+# real binary against real Envoy releases, the manifests, chart and policy against real kube-apiservers, fuzzing.
+test: envoy kube helm vet unit integration apiserver fuzz
 
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
+	$(GO) build -tags e2e -o /dev/null ./test/e2e
 
+# The packages' own tests (-race): pure units, fuzz seed corpora, golden files, and the test beds' self-checks
+# (internal/testbed starts a real Envoy, internal/image a real containerd).
 unit:
-	$(GO) test -race -count=1 -timeout 30m ./...
+	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/test/')
+
+# The real shutdown-manager binary against real Envoy releases (test/envoy-versions.txt: the whole suite on the
+# oldest and newest line, the count and drain tests on every line), and against a real API server for Events.
+integration:
+	$(GO) test -race -count=1 -timeout 30m ./test/integration
+
+# The API-server tiers (test/kube: manifests and the feature matrix; test/chart: Helm; test/policy: the
+# MutatingAdmissionPolicy) on the newest Kubernetes line, then on the oldest supported one.
+apiserver:
+	$(GO) test -race -count=1 -timeout 30m ./test/kube ./test/chart ./test/policy
+	KUBE_LINE=oldest $(GO) test -race -count=1 -timeout 30m ./test/kube ./test/chart ./test/policy
 
 # Each fuzz target briefly (FUZZTIME each); the seed corpora also run in `unit`.
 fuzz:
