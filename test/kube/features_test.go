@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 )
 
@@ -106,7 +106,7 @@ func TestFeatureMatrix(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := setColumn(string(doc), column, got)
+	text, err := doctable.SetColumn(string(doc), "| feature |", column, got)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,49 +123,3 @@ func TestFeatureMatrix(t *testing.T) {
 	t.Errorf("%s does not say what Kubernetes %s did (column %q); `go test ./test/kube -run TestFeatureMatrix -update` with %s=%s rewrites it. What the server did:\n%v",
 		compatibilityDoc, version.Server, column, kubetest.EnvLine, kubetest.Line(), got)
 }
-
-// setColumn writes the cells of column in the Markdown table of the features (the one whose first header cell is
-// "feature"), adding the column when the table does not have it yet. It fails on a feature the table lacks.
-func setColumn(doc, column string, cells map[string]string) (string, error) {
-	lines := strings.Split(doc, "\n")
-	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "| feature |") })
-	if start < 0 || start+1 >= len(lines) {
-		return "", fmt.Errorf("%s has no table whose header starts with \"| feature |\"", compatibilityDoc)
-	}
-	header := splitRow(lines[start])
-	col := slices.Index(header, column)
-	if col < 0 {
-		header = append(header, column)
-		col = len(header) - 1
-		lines[start] = joinRow(header)
-		lines[start+1] = joinRow(slices.Repeat([]string{"---"}, len(header)))
-	}
-	seen := map[string]bool{}
-	for i := start + 2; i < len(lines) && strings.HasPrefix(lines[i], "|"); i++ {
-		row := splitRow(lines[i])
-		for len(row) < len(header) {
-			row = append(row, "")
-		}
-		if v, ok := cells[row[0]]; ok {
-			row[col] = v
-			seen[row[0]] = true
-		}
-		lines[i] = joinRow(row)
-	}
-	for name := range cells {
-		if !seen[name] {
-			return "", fmt.Errorf("%s has no row %q: add it to the table", compatibilityDoc, name)
-		}
-	}
-	return strings.Join(lines, "\n"), nil
-}
-
-func splitRow(l string) []string {
-	f := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
-	for i := range f {
-		f[i] = strings.TrimSpace(f[i])
-	}
-	return f
-}
-
-func joinRow(cells []string) string { return "| " + strings.Join(cells, " | ") + " |" }
