@@ -67,7 +67,7 @@ func TestCountModes(t *testing.T) {
 			} else {
 				cell = m.want
 			}
-			column["`--count " + m.mode + "`"] = cell + ", counted by " + rep.CountBasis
+			column["`--count "+m.mode+"`"] = cell + ", counted by " + rep.CountBasis
 		}
 		mu.Lock()
 		cells["Envoy "+bin.Version] = column
