@@ -26,7 +26,7 @@ set -euo pipefail
 # Everything is in main, which bash parses whole before running it: a checkout that changes this file during a
 # build does not change what the running build does.
 main() {
-  local root tools binaries k8s_version etcd_version cache dir bin todo b major minor ldflags p start out
+  local root tools binaries k8s_version etcd_version cache dir bin todo b ldflags start out
   root=$(cd "$(dirname "$0")/.." && pwd)
   cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
   local containerd_version
@@ -64,15 +64,7 @@ main() {
       return 1
     fi
     dir=$cache/$k8s_version-etcd-$etcd_version
-    # Without these stamps the binaries say v0.0.0-master and kubectl refuses the server's version.
-    minor=${k8s_version#v*.}
-    minor=${minor%%.*}
-    major=${k8s_version#v}
-    major=${major%%.*}
-    ldflags="-s -w"
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $p.gitVersion=$k8s_version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-    done
+    ldflags=$(version_ldflags "$k8s_version")
     ;;
   esac
   bin=$dir/bin
@@ -124,7 +116,7 @@ main() {
 # links the newest line's etcd and kubectl beside it (the tiers run one etcd and kubectl; the API server is what
 # differs), building those first when they are missing.
 oldest() {
-  local root version dir bin newest ldflags p major minor
+  local root version dir bin newest ldflags
   root=$(cd "$(dirname "$0")/.." && pwd)
   version=$(required_version "$root/tools/kube-oldest/go.mod" k8s.io/kubernetes)
   [ -n "$version" ] || { echo "kube-binaries: no k8s.io/kubernetes version in tools/kube-oldest/go.mod" >&2; return 1; }
@@ -145,14 +137,7 @@ oldest() {
   exec 9>"$dir/.lock"
   command -v flock >/dev/null && flock 9
   if [ ! -x "$bin/kube-apiserver" ]; then
-    minor=${version#v*.}
-    minor=${minor%%.*}
-    major=${version#v}
-    major=${major%%.*}
-    ldflags="-s -w"
-    for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $p.gitVersion=$version -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
-    done
+    ldflags=$(version_ldflags "$version")
     tmp=$(mktemp -d "$dir/.build.XXXXXX")
     trap 'rm -rf "$tmp"' EXIT
     trap 'exit 130' INT TERM
@@ -163,6 +148,20 @@ oldest() {
     echo "kube-binaries: built in $((SECONDS - start)) s" >&2
   fi
   echo "$bin"
+}
+
+# version_ldflags VERSION prints the linker flags that stamp a Kubernetes version into the binaries: without them
+# they say v0.0.0-master and kubectl refuses the server's version.
+version_ldflags() {
+  local v=$1 major minor p flags="-s -w"
+  minor=${v#v*.}
+  minor=${minor%%.*}
+  major=${v#v}
+  major=${major%%.*}
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    flags+=" -X $p.gitVersion=$v -X $p.gitMajor=$major -X $p.gitMinor=$minor -X $p.gitTreeState=clean"
+  done
+  echo "$flags"
 }
 
 # required_version GOMOD MODULE prints the version GOMOD requires MODULE at.
