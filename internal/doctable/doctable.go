@@ -44,6 +44,53 @@ func SetColumn(doc, header, column string, cells map[string]string) (string, err
 	return strings.Join(lines, "\n"), nil
 }
 
+// Columns returns the header cells of the table of doc whose header row starts with header.
+func Columns(doc, header string) ([]string, error) {
+	lines := strings.Split(doc, "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, header) })
+	if start < 0 {
+		return nil, fmt.Errorf("no table whose header starts with %q", header)
+	}
+	return split(lines[start]), nil
+}
+
+// KeepColumns removes from that table every column whose name keep refuses (a version no longer pinned), cells
+// and all; the first column, which names the rows, always stays.
+func KeepColumns(doc, header string, keep func(column string) bool) (string, error) {
+	lines := strings.Split(doc, "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, header) })
+	if start < 0 || start+1 >= len(lines) {
+		return "", fmt.Errorf("no table whose header starts with %q", header)
+	}
+	head := split(lines[start])
+	var kept []int
+	for i, c := range head {
+		if i == 0 || keep(c) {
+			kept = append(kept, i)
+		}
+	}
+	if len(kept) == len(head) {
+		return doc, nil
+	}
+	pick := func(row []string) []string {
+		out := make([]string, 0, len(kept))
+		for _, i := range kept {
+			if i < len(row) {
+				out = append(out, row[i])
+			} else {
+				out = append(out, "")
+			}
+		}
+		return out
+	}
+	lines[start] = join(pick(head))
+	lines[start+1] = join(slices.Repeat([]string{"---"}, len(kept)))
+	for i := start + 2; i < len(lines) && strings.HasPrefix(lines[i], "|"); i++ {
+		lines[i] = join(pick(split(lines[i])))
+	}
+	return strings.Join(lines, "\n"), nil
+}
+
 func split(l string) []string {
 	f := strings.Split(strings.Trim(strings.TrimSpace(l), "|"), "|")
 	for i := range f {

@@ -23,14 +23,20 @@ func Line() string {
 	return "newest"
 }
 
+// Lines are the Kubernetes lines the API-server tiers run on, newest first.
+var Lines = []string{"newest", "oldest"}
+
 // PinnedVersion returns the Kubernetes version the chosen line pins (v1.37.2, v1.34.12, ...): the API server's.
-func PinnedVersion() (string, error) {
+func PinnedVersion() (string, error) { return PinnedVersionOf(Line()) }
+
+// PinnedVersionOf returns the Kubernetes version line ("newest" or "oldest") pins.
+func PinnedVersionOf(line string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
 		return "", err
 	}
 	gomod := filepath.Join(root, "tools", "go.mod")
-	if Line() == "oldest" {
+	if line == "oldest" {
 		gomod = filepath.Join(root, "tools", "kube-oldest", "go.mod")
 	}
 	b, err := os.ReadFile(gomod)

@@ -314,6 +314,42 @@ func TestPolicyModeNeedsManifest(t *testing.T) {
 	}
 }
 
+// TestKubeVersionRefusals renders the chart for given Kubernetes versions (helm template --kube-version, as helm
+// install does with the cluster's own): below the oldest supported line the chart refuses (Chart.yaml kubeVersion),
+// and each feature with a later minimum refuses below it with one line that says what to use instead. The same
+// refusals on a real 1.34 API server, and the successes on the newest line, are in kube_test.go.
+func TestKubeVersionRefusals(t *testing.T) {
+	h := newHelm(t)
+	policy := []string{"--set", "mode=policy", "--set-file", "policy.manifest=" + policyManifest}
+	imageVolume := []string{"--set", "inject.binaryFrom=image-volume"}
+	for _, tc := range []struct {
+		version, what string
+		args          []string
+		want          string // in helm's error; "" renders
+	}{
+		{"1.33.9", "default", nil, "chart requires kubeVersion: >= 1.34.0-0 which is incompatible with Kubernetes v1.33.9"},
+		{"1.34.0", "default", nil, ""},
+		{"1.34.12", "image-volume", imageVolume, "inject.binaryFrom=image-volume needs Kubernetes >= 1.35 (image volumes); this cluster is v1.34.12"},
+		{"1.35.0", "image-volume", imageVolume, ""},
+		{"1.34.12", "policy", policy, "mode=policy needs Kubernetes >= 1.36 (MutatingAdmissionPolicy admissionregistration.k8s.io/v1); this cluster is v1.34.12"},
+		{"1.35.4", "policy", policy, "mode=policy needs Kubernetes >= 1.36"},
+		{"1.36.0", "policy", policy, ""},
+	} {
+		t.Run(tc.version+"/"+tc.what, func(t *testing.T) {
+			args := append([]string{"template", "shutdown-manager", chartDir, "--namespace", namespace, "--kube-version", tc.version}, tc.args...)
+			out, err := h.run(args...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Kubernetes %s: %v; want it rendered", tc.version, err)
+			case tc.want != "" && err == nil:
+				t.Errorf("Kubernetes %s rendered, want a refusal saying %q; it rendered:\n%s", tc.version, tc.want, firstLines(out, 5))
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Errorf("Kubernetes %s: %v\nwant an error saying %q", tc.version, err, tc.want)
+			}
+		})
+	}
+}
+
 // TestSchemaRefuses: values.schema.json refuses values the chart cannot render correctly, naming the value.
 func TestSchemaRefuses(t *testing.T) {
 	h := newHelm(t)

@@ -200,6 +200,32 @@ func TestInstallPolicy(t *testing.T) {
 	}
 }
 
+// TestInstallImageVolume installs the webhook with inject.binaryFrom=image-volume: on a server with image volumes
+// (>= 1.35) the webhook is told to use them; before, the chart refuses with one line, since that server would drop
+// the volume and Envoy's mount of it from every pod (TestFeatureMatrix in test/kube shows it doing so).
+func TestInstallImageVolume(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	args := []string{"install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+		"--kubeconfig", api.Kubeconfig, "--set", "inject.binaryFrom=image-volume"}
+	if v := api.Version(t); v.Minor < 35 {
+		out, err := h.run(args...)
+		want := "inject.binaryFrom=image-volume needs Kubernetes >= 1.35 (image volumes); this cluster is " + v.Server
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("helm install inject.binaryFrom=image-volume on Kubernetes %s = %v:\n%s\nwant it refused saying %q", v.Server, err, out, want)
+		}
+		if got := strings.TrimSpace(api.Kubectl(t, "get", "mutatingwebhookconfiguration", "-o", "name")); got != "" {
+			t.Errorf("the refused install left %s", got)
+		}
+		return
+	}
+	h.must(t, args...)
+	got := api.Kubectl(t, "get", "deployment", "shutdown-manager", "--namespace", namespace, "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	if !strings.Contains(got, `"--binary-from=image-volume"`) {
+		t.Errorf("the webhook's args = %s, want --binary-from=image-volume among them", got)
+	}
+}
+
 // installedCertificate returns the CA every webhook entry trusts (failing t unless they all trust the Secret's
 // ca.crt) and the Secret's tls.crt.
 func installedCertificate(t *testing.T, api *kubetest.APIServer, name string) (ca, crt []byte) {
