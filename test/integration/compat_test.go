@@ -82,6 +82,20 @@ func TestCountModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(doc)
+	if os.Getenv(testbed.EnvVarBinary) == "" {
+		// Every pinned line ran (FindBinaries fails otherwise): the table has their columns and no other.
+		pins, err := testbed.Pinned()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pinned := map[string]bool{}
+		for _, p := range pins {
+			pinned["Envoy "+p.Version] = true
+		}
+		if text, err = doctable.KeepColumns(text, "| count mode |", func(c string) bool { return pinned[c] }); err != nil {
+			t.Fatal(err)
+		}
+	}
 	columns := make([]string, 0, len(cells))
 	for c := range cells {
 		columns = append(columns, c)
@@ -102,5 +116,5 @@ func TestCountModes(t *testing.T) {
 		t.Logf("%s: the Envoy table rewritten for %v", filepath.Base(compatibilityDoc), columns)
 		return
 	}
-	t.Errorf("%s does not say what the pinned Envoy lines counted; `go test ./test/integration -run TestCountModes -update` rewrites it. Counted: %v", compatibilityDoc, cells)
+	t.Errorf("%s does not say what the pinned Envoy lines counted (or has a column for a line no longer pinned); `go test ./test/integration -run TestCountModes -update` rewrites it. Counted: %v", compatibilityDoc, cells)
 }
