@@ -65,9 +65,16 @@ e2e:
 bench-webhook: build
 	$(GO) run ./bench/webhookload -manager bin/shutdown-manager -out bench/results/webhook.json
 
-# Everything CI runs before the e2e, each tier a target named for what it runs: vet, the packages' own tests, the
-# real binary against real Envoy releases, the manifests, chart and policy against real kube-apiservers, fuzzing.
+# Everything CI runs before the e2e, each tier a target named for what it runs: vet, the pure tests, the real
+# Envoy (and containerd) tests, the real kube-apiserver tests on two Kubernetes lines, fuzzing. Each tier's
+# prerequisites build or install what it needs, so `make test` works on a fresh machine (.ci/run calls it).
 test: envoy kube helm vet unit integration apiserver fuzz
+
+# The packages whose tests start real parts; `unit` runs every other package.
+ENVOY_PKGS     := ./test/integration ./internal/testbed ./bench
+CONTAINERD_PKGS := ./internal/image
+APISERVER_PKGS := ./test/kube ./test/chart ./test/policy
+REAL_PKGS      = $(shell $(GO) list $(ENVOY_PKGS) $(CONTAINERD_PKGS) $(APISERVER_PKGS) ./test/e2e/...)
 
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
@@ -75,21 +82,21 @@ vet:
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) build -tags e2e -o /dev/null ./test/e2e
 
-# The packages' own tests (-race): pure units, fuzz seed corpora, golden files, and the test beds' self-checks
-# (internal/testbed starts a real Envoy, internal/image a real containerd).
+# Pure tests (-race), no real part started: units, golden files, fuzz seed corpora, the harnesses' own logic.
 unit:
-	$(GO) test -race -count=1 -timeout 30m $$($(GO) list ./... | grep -v '/test/')
+	$(GO) test -race -count=1 -timeout 30m $(filter-out $(REAL_PKGS),$(shell $(GO) list ./...))
 
-# The real shutdown-manager binary against real Envoy releases (test/envoy-versions.txt: the whole suite on the
-# oldest and newest line, the count and drain tests on every line), and against a real API server for Events.
-integration:
-	$(GO) test -race -count=1 -timeout 30m ./test/integration
+# Real Envoy releases (test/envoy-versions.txt): the real shutdown-manager binary (test/integration: the whole suite
+# on the oldest and newest line, the count and drain tests on every line, Events on a real API server), the test
+# bed's self-checks and the bench's peer models; and a real containerd importing our image (internal/image, root).
+integration: envoy kube
+	$(GO) test -race -count=1 -timeout 30m $(ENVOY_PKGS) $(CONTAINERD_PKGS)
 
 # The API-server tiers (test/kube: manifests and the feature matrix; test/chart: Helm; test/policy: the
-# MutatingAdmissionPolicy) on the newest Kubernetes line, then on the oldest supported one.
-apiserver:
-	$(GO) test -race -count=1 -timeout 30m ./test/kube ./test/chart ./test/policy
-	KUBE_LINE=oldest $(GO) test -race -count=1 -timeout 30m ./test/kube ./test/chart ./test/policy
+# MutatingAdmissionPolicy) on the newest Kubernetes line, then on the oldest supported one (docs/compatibility.md).
+apiserver: kube helm
+	$(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS)
+	KUBE_LINE=oldest $(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS)
 
 # Each fuzz target briefly (FUZZTIME each); the seed corpora also run in `unit`.
 fuzz:

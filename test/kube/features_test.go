@@ -1,15 +1,21 @@
 package kube
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
@@ -59,6 +65,104 @@ func kept(stored, want string) string {
 func firstLineOf(s string) string {
 	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return l
+}
+
+// storedAsWritten dry-runs (server side) the workload in file (one object) and compares the pod template the server
+// would store with the file's: "yes" if every field written is stored with its value, else the fields it dropped.
+// Lists of named objects (containers, volumes, mounts) are matched by name; the server's defaults are extra fields.
+func storedAsWritten(t *testing.T, api *kubetest.APIServer, file string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var in map[string]any
+	if err := yaml.Unmarshal(b, &in); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	path := filepath.Join(t.TempDir(), filepath.Base(file))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api.CreateNamespacesOf(t, path)
+	var stdout, stderr bytes.Buffer
+	cmd := api.Command(t.Context(), "create", "--dry-run=server", "-f", path, "-o", "json")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return "no: refused (" + firstLineOf(stderr.String()) + ")"
+		}
+		t.Fatal(err)
+	}
+	warned := "no warning"
+	if w := strings.TrimSpace(stderr.String()); w != "" {
+		warned = "kubectl: " + firstLineOf(w)
+	}
+	out := stdout.Bytes()
+	var stored map[string]any
+	if err := json.Unmarshal(out, &stored); err != nil {
+		t.Fatal(err)
+	}
+	template := func(o map[string]any) any {
+		spec, _ := o["spec"].(map[string]any)
+		tmpl, _ := spec["template"].(map[string]any)
+		return tmpl["spec"]
+	}
+	var dropped []string
+	missing("spec.template.spec", template(in), template(stored), &dropped)
+	if len(dropped) == 0 {
+		return "yes"
+	}
+	return "no: accepted without `" + strings.Join(dropped, "`, `") + "`, " + warned
+}
+
+// missing appends to dropped the paths of want's fields that got lacks or holds with another value.
+func missing(path string, want, got any, dropped *[]string) {
+	switch w := want.(type) {
+	case map[string]any:
+		g, _ := got.(map[string]any)
+		for _, k := range slices.Sorted(maps.Keys(w)) {
+			if _, ok := g[k]; !ok {
+				*dropped = append(*dropped, path+"."+k)
+				continue
+			}
+			missing(path+"."+k, w[k], g[k], dropped)
+		}
+	case []any:
+		g, _ := got.([]any)
+		for i, e := range w {
+			m, _ := e.(map[string]any)
+			name, named := m["name"].(string)
+			if !named {
+				if i >= len(g) {
+					*dropped = append(*dropped, fmt.Sprintf("%s[%d]", path, i))
+					continue
+				}
+				missing(fmt.Sprintf("%s[%d]", path, i), e, g[i], dropped)
+				continue
+			}
+			j := slices.IndexFunc(g, func(x any) bool { m, _ := x.(map[string]any); return m["name"] == name })
+			if j < 0 {
+				*dropped = append(*dropped, path+"["+name+"]")
+				continue
+			}
+			missing(path+"["+name+"]", e, g[j], dropped)
+		}
+	default:
+		if fmt.Sprint(want) != fmt.Sprint(got) {
+			*dropped = append(*dropped, path)
+		}
+	}
+}
+
+// modes are the injected workloads, one per mode and binary source: rows of the matrix beside the features.
+var modes = []struct{ name, file string }{
+	{"hook mode (`deploy/hook`)", "deploy/hook/envoy.yaml"},
+	{"sidecar mode, native sidecar (`deploy/sidecar`)", "deploy/sidecar/envoy.yaml"},
+	{"agent mode (`deploy/agent`)", "deploy/agent/envoy.yaml"},
+	{"hook mode, `--binary-from=image-volume` (inject's golden `hook-image-volume`)", "internal/inject/testdata/hook-image-volume.out.yaml"},
+	{"agent mode, `--binary-from=image-volume` (inject's golden `agent-image-volume`)", "internal/inject/testdata/agent-image-volume.out.yaml"},
 }
 
 var features = []feature{{
@@ -133,6 +237,10 @@ func TestFeatureMatrix(t *testing.T) {
 	for _, f := range features {
 		got[f.name] = f.probe(t, api)
 		t.Logf("%s on %s: %s", f.name, version.Server, got[f.name])
+	}
+	for _, m := range modes {
+		got[m.name] = storedAsWritten(t, api, m.file)
+		t.Logf("%s on %s: %s", m.name, version.Server, got[m.name])
 	}
 	path := filepath.Join(repoRoot, compatibilityDoc)
 	doc, err := os.ReadFile(path)
