@@ -3,47 +3,15 @@ package cli
 import (
 	"bytes"
 	"context"
-	"fmt"
-	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
-)
 
-func TestParseListen(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    listenAddress
-		wantErr string
-	}{
-		{in: ":8090", want: listenAddress{"tcp", ":8090"}},
-		{in: "127.0.0.1:0", want: listenAddress{"tcp", "127.0.0.1:0"}},
-		{in: "[::1]:8090", want: listenAddress{"tcp", "[::1]:8090"}},
-		{in: "0.0.0.0:65535", want: listenAddress{"tcp", "0.0.0.0:65535"}},
-		{in: "unix:///run/sm/api.sock", want: listenAddress{"unix", "/run/sm/api.sock"}},
-		{in: ":99999", wantErr: "port must be a number"},
-		{in: ":-1", wantErr: "port must be a number"},
-		{in: ":http", wantErr: "port must be a number"},
-		{in: "localhost:8090", wantErr: "must be an IP address"},
-		{in: "999.1.1.1:8090", wantErr: "must be an IP address"},
-		{in: "nowhere", wantErr: "want [IP]:PORT"},
-		{in: "unix://relative.sock", wantErr: "absolute path"},
-	}
-	for _, tt := range tests {
-		got, err := parseListen(tt.in)
-		switch {
-		case tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)):
-			t.Errorf("parseListen(%q) = %v, %v; want error %q", tt.in, got, err, tt.wantErr)
-		case tt.wantErr == "" && (err != nil || got != tt.want):
-			t.Errorf("parseListen(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
-		}
-	}
-}
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+)
 
 // Address problems are usage errors, found before anything starts: exit 2 and one line.
 func TestAddressUsageErrors(t *testing.T) {
@@ -64,111 +32,10 @@ func TestAddressUsageErrors(t *testing.T) {
 		{"resume", "--via", "nowhere"},
 	} {
 		var stdout, stderr bytes.Buffer
-		code := Run(context.Background(), args, &stdout, &stderr)
+		code := Run(context.Background(), args, nil, &stdout, &stderr)
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		if code != ExitUsage || len(lines) != 1 {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line", args, code, stderr.String())
-		}
-	}
-}
-
-func TestRemoveStaleSocket(t *testing.T) {
-	dir, err := os.MkdirTemp("", "sm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-
-	live := filepath.Join(dir, "live.sock")
-	ln, err := net.Listen("unix", live)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-
-	stale := filepath.Join(dir, "stale.sock")
-	sl, err := net.Listen("unix", stale)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sl.(*net.UnixListener).SetUnlinkOnClose(false) // a process that died: its socket file stays
-	sl.Close()
-
-	file := filepath.Join(dir, "file")
-	if err := os.WriteFile(file, []byte("keep me"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	subdir := filepath.Join(dir, "dir")
-	if err := os.Mkdir(subdir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-
-	tests := []struct {
-		path    string
-		wantErr string // "" = removed (or absent) and free to listen on
-	}{
-		{filepath.Join(dir, "absent.sock"), ""},
-		{stale, ""},
-		{live, "a running process answers"},
-		{file, "is a regular file"},
-		{subdir, "is a directory"},
-	}
-	for _, tt := range tests {
-		err := removeStaleSocket(tt.path)
-		if tt.wantErr == "" {
-			if err != nil {
-				t.Errorf("%s: %v, want nil", filepath.Base(tt.path), err)
-			}
-			if _, err := os.Lstat(tt.path); !os.IsNotExist(err) {
-				t.Errorf("%s still exists", filepath.Base(tt.path))
-			}
-			continue
-		}
-		if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-			t.Errorf("%s: %v, want error %q", filepath.Base(tt.path), err, tt.wantErr)
-		}
-		if _, err := os.Lstat(tt.path); err != nil {
-			t.Errorf("%s was removed: %v", filepath.Base(tt.path), err)
-		}
-	}
-	// The live socket still answers.
-	c, err := net.Dial("unix", live)
-	if err != nil {
-		t.Fatalf("live socket taken over: %v", err)
-	}
-	c.Close()
-}
-
-func TestReadToken(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	tests := []struct {
-		path, want, wantErr string
-	}{
-		{write("ok", "s3cret\n"), "s3cret", ""},
-		{write("spaces", "  s3cret  "), "s3cret", ""},
-		{write("empty", "\n"), "", "is empty"},
-		{write("lines", "a\nb\n"), "", "more than one line"},
-		{write("big", strings.Repeat("x", maxTokenFile+1)), "", "larger than"},
-		{filepath.Join(dir, "absent"), "", "no such file"},
-	}
-	for _, tt := range tests {
-		tf, err := readToken(tt.path)
-		got := tf.token
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("%s: %q, %v; want error %q", filepath.Base(tt.path), got, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || got != tt.want {
-			t.Errorf("%s: %q, %v; want %q", filepath.Base(tt.path), got, err, tt.want)
 		}
 	}
 }
@@ -197,7 +64,7 @@ func TestTokenFileNotRegular(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		done := make(chan int, 1)
 		go func() {
-			done <- Run(context.Background(), []string{"serve", "--token-file", tt.path}, &stdout, &stderr)
+			done <- Run(context.Background(), []string{"serve", "--token-file", tt.path}, nil, &stdout, &stderr)
 		}()
 		select {
 		case code := <-done:
@@ -208,71 +75,7 @@ func TestTokenFileNotRegular(t *testing.T) {
 			t.Fatalf("serve --token-file %s: still starting after 10s (blocked reading the token)", tt.path)
 		}
 	}
-	if tf, err := readToken(link); err != nil || tf.token != "s3cret" {
-		t.Errorf("token through a symbolic link: %q, %v; want s3cret", tf.token, err)
+	if tf, err := agent.ReadToken(link); err != nil || tf.Secret != "s3cret" {
+		t.Errorf("token through a symbolic link: %q, %v; want s3cret", tf.Secret, err)
 	}
-}
-
-// A world-readable token file is accepted with a warning that says why it matters and how to mount it; a
-// file readable by its owner (and group: a non-root container reads a Secret through fsGroup) is not.
-func TestTokenFileModeWarning(t *testing.T) {
-	dir := t.TempDir()
-	for _, tt := range []struct {
-		mode os.FileMode
-		warn bool
-	}{{0o600, false}, {0o400, false}, {0o440, false}, {0o640, false}, {0o644, true}, {0o604, true}} {
-		path := filepath.Join(dir, fmt.Sprintf("token-%o", tt.mode))
-		if err := os.WriteFile(path, []byte("s3cret"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(path, tt.mode); err != nil {
-			t.Fatal(err)
-		}
-		var f apiFlags
-		f.maxWaiters, f.maxConns, f.tokenFile = 1, 2, path
-		cfg, err := f.config()
-		if err != nil {
-			t.Fatalf("mode %o: %v", tt.mode, err)
-		}
-		var buf bytes.Buffer
-		cfg.tokenFile.warnMode(slog.New(slog.NewTextHandler(&buf, nil)))
-		warned := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "readable by every user") &&
-			strings.Contains(buf.String(), fmt.Sprintf("mode=%#o", tt.mode)) && strings.Contains(buf.String(), "defaultMode 0400")
-		if warned != tt.warn {
-			t.Errorf("token file mode %o: log %q, want a warning %v", tt.mode, buf.String(), tt.warn)
-		}
-	}
-}
-
-// FuzzParseListen: never panics, and what it accepts is a unix path or an IP-literal (or empty) host with a
-// port from 0 to 65535, which net.Listen takes without a DNS lookup.
-func FuzzParseListen(f *testing.F) {
-	for _, s := range []string{":8090", "127.0.0.1:0", "[::1]:1", "unix:///a.sock", ":99999", "999.1.1.1:1", "localhost:80", "[fe80::1%eth0]:80", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		la, err := parseListen(s)
-		if err != nil {
-			return
-		}
-		switch la.network {
-		case "unix":
-			if !strings.HasPrefix(la.addr, "/") {
-				t.Errorf("%q: unix path %q not absolute", s, la.addr)
-			}
-		case "tcp":
-			host, port, err := net.SplitHostPort(la.addr)
-			if err != nil {
-				t.Fatalf("%q accepted but not host:port: %v", s, err)
-			}
-			if host != "" && net.ParseIP(strings.Split(host, "%")[0]) == nil {
-				t.Errorf("%q: host %q is not an IP literal", s, host)
-			}
-			if p, err := strconv.Atoi(port); err != nil || p < 0 || p > 65535 {
-				t.Errorf("%q: port %q out of range", s, port)
-			}
-		default:
-			t.Errorf("%q: network %q", s, la.network)
-		}
-	})
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 )
 
 // Exit codes.
@@ -24,7 +26,7 @@ var Version = "dev"
 
 type command struct {
 	name, summary string
-	run           func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+	run           func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
 }
 
 func commands() []command {
@@ -43,8 +45,8 @@ func commands() []command {
 	}
 }
 
-// Run runs the subcommand named by args[0] and returns the process exit code.
-func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+// Run runs the subcommand named by args[0] with these standard streams and returns the process exit code.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		if len(args) == 0 {
@@ -59,9 +61,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdout, stderr)
+		err := c.run(ctx, args[1:], stdin, stdout, stderr)
 		var ue usageError
-		var ec exitCode
+		var ec agent.ExitStatus
 		switch {
 		case err == nil:
 			return ExitOK
@@ -72,7 +74,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "shutdown-manager %s: %v (see shutdown-manager %s -h)\n", c.name, ue.err, c.name)
 			return ExitUsage
-		case errors.Is(err, errReported):
+		case errors.Is(err, agent.ErrReported):
 			return ExitFailure
 		default:
 			fmt.Fprintf(stderr, "shutdown-manager %s: %v\n", c.name, err)
@@ -98,14 +100,6 @@ type usageError struct{ err error }
 func (u usageError) Error() string { return u.err.Error() }
 
 func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
-
-// exitCode ends the process with this code, already explained in the log (run: Envoy's status).
-type exitCode int
-
-func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// errReported is a failure already told to the user (logged); Run adds nothing and exits 1.
-var errReported = errors.New("failure reported")
 
 // synopsis is what follows "shutdown-manager COMMAND" in a command's usage line, when not just [FLAGS].
 var synopsis = map[string]string{
@@ -156,7 +150,7 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 	})
 }
 
-func runVersion(_ context.Context, args []string, stdout, _ io.Writer) error {
+func runVersion(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	if err := parse(fs, args, stdout); err != nil {
 		return err

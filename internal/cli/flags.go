@@ -1,8 +1,8 @@
 package cli
 
 import (
+	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
@@ -36,19 +37,20 @@ func (f *countFlags) register(fs *flag.FlagSet) {
 const defaultAdmin = "http://127.0.0.1:9901"
 
 // config validates the counting flags.
-func (f *countFlags) config() (drain.Mode, drain.Selector, envoyadmin.Address, error) {
+func (f *countFlags) config() (agent.StatusConfig, error) {
 	addr, err := envoyadmin.ParseAddress(f.admin)
 	if err != nil {
-		return "", drain.Selector{}, envoyadmin.Address{}, usagef("--admin-address: %v", err)
+		return agent.StatusConfig{}, usagef("--admin-address: %v", err)
 	}
 	if f.adminTimeout <= 0 {
-		return "", drain.Selector{}, envoyadmin.Address{}, usagef("--admin-timeout must be positive")
+		return agent.StatusConfig{}, usagef("--admin-timeout must be positive")
 	}
 	mode, err := drain.ParseMode(f.count)
 	if err != nil {
-		return "", drain.Selector{}, envoyadmin.Address{}, usagef("--count: %v", err)
+		return agent.StatusConfig{}, usagef("--count: %v", err)
 	}
-	return mode, drain.Selector{Include: f.include, Exclude: f.exclude}, addr, nil
+	return agent.StatusConfig{Admin: addr, AdminTimeout: f.adminTimeout, Mode: mode,
+		Selector: drain.Selector{Include: f.include, Exclude: f.exclude, Names: flagName}}, nil
 }
 
 // drainFlags are the flags every front end of the drain engine shares (serve, drain, run).
@@ -66,28 +68,28 @@ type drainFlags struct {
 
 func (f *drainFlags) register(fs *flag.FlagSet) {
 	f.countFlags.register(fs)
-	fs.DurationVar(&f.delay, "drain-delay", 0, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
-	fs.DurationVar(&f.minDuration, "min-drain-duration", 5*time.Second, "after failing health checks, keep accepting at least this long before releasing")
-	fs.DurationVar(&f.timeout, "drain-timeout", 60*time.Second, "release at the latest this long after the trigger, whatever is still in flight")
-	fs.DurationVar(&f.interval, "check-interval", 250*time.Millisecond, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
+	fs.DurationVar(&f.delay, "drain-delay", drain.DefaultDelay, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
+	fs.DurationVar(&f.minDuration, "min-drain-duration", drain.DefaultMinDuration, "after failing health checks, keep accepting at least this long before releasing")
+	fs.DurationVar(&f.timeout, "drain-timeout", drain.DefaultTimeout, "release at the latest this long after the trigger, whatever is still in flight")
+	fs.DurationVar(&f.interval, "check-interval", drain.DefaultInterval, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.listeners, "drain-listeners", string(drain.ListenerDrainNone), "also start Envoy's graceful listener drain after failing health checks: none, inbound, all (for listeners with drain_type MODIFY_ONLY)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "record Kubernetes Events (DrainStarted, Drained, …) on this pod through the API server of this kubeconfig file (default: the in-cluster config, when running in a pod); the pod is named by "+events.EnvPodName+" and "+events.EnvPodNamespace+"; without them or without access: one warning, no Events, the drain unaffected")
 	fs.DurationVar(&f.goneAfter, "envoy-gone-after", drain.DefaultGoneAfter, "if Envoy's admin API refuses every connection (or its socket is missing) this long, Envoy is gone: release at once (outcome envoy_gone, exit 0)")
 }
 
-// config validates the flags into the engine's Config and the admin address.
-func (f *drainFlags) config() (drain.Config, envoyadmin.Address, error) {
-	mode, sel, addr, err := f.countFlags.config()
+// config validates the flags into the engine's configuration.
+func (f *drainFlags) config() (agent.EngineConfig, error) {
+	sc, err := f.countFlags.config()
 	if err != nil {
-		return drain.Config{}, envoyadmin.Address{}, err
+		return agent.EngineConfig{}, err
 	}
 	ld, err := drain.ParseListenerDrain(f.listeners)
 	if err != nil {
-		return drain.Config{}, envoyadmin.Address{}, usagef("--drain-listeners: %v", err)
+		return agent.EngineConfig{}, usagef("--drain-listeners: %v", err)
 	}
 	if f.goneAfter <= 0 {
-		return drain.Config{}, envoyadmin.Address{}, usagef("--envoy-gone-after must be positive")
+		return agent.EngineConfig{}, usagef("--envoy-gone-after must be positive")
 	}
 	cfg := drain.Config{
 		Delay:         f.delay,
@@ -95,19 +97,45 @@ func (f *drainFlags) config() (drain.Config, envoyadmin.Address, error) {
 		Timeout:       f.timeout,
 		Interval:      f.interval,
 		Threshold:     f.threshold,
-		Mode:          mode,
-		Selector:      sel,
+		Mode:          sc.Mode,
+		Selector:      sc.Selector,
 		ListenerDrain: ld,
 		GoneAfter:     f.goneAfter,
 	}
 	if err := cfg.Validate(); err != nil {
-		return drain.Config{}, envoyadmin.Address{}, usageError{err}
+		return agent.EngineConfig{}, flagError(err)
 	}
-	return cfg, addr, nil
+	return agent.EngineConfig{Drain: cfg, Admin: sc.Admin, AdminTimeout: sc.AdminTimeout, Kubeconfig: f.kubeconfig, Version: Version}, nil
 }
 
-func (f *drainFlags) client(addr envoyadmin.Address, m *drain.Metrics) *envoyadmin.Client {
-	return envoyadmin.New(addr, envoyadmin.Options{Timeout: f.adminTimeout, Observe: m.AdminRequest})
+// flags spell the drain's settings as the flags that set them.
+var flags = map[drain.Setting]string{
+	drain.SettingDelay:           "--drain-delay",
+	drain.SettingMinDuration:     "--min-drain-duration",
+	drain.SettingTimeout:         "--drain-timeout",
+	drain.SettingInterval:        "--check-interval",
+	drain.SettingThreshold:       "--min-open-connections",
+	drain.SettingMode:            "--count",
+	drain.SettingListenerDrain:   "--drain-listeners",
+	drain.SettingGoneAfter:       "--envoy-gone-after",
+	drain.SettingListenerInclude: "--listener-include",
+	drain.SettingListenerExclude: "--listener-exclude",
+}
+
+// flagName spells a drain setting as its flag.
+func flagName(s drain.Setting) string {
+	if f, ok := flags[s]; ok {
+		return f
+	}
+	return string(s)
+}
+
+// flagError turns the drain's invalid setting into a usage error that names its flag.
+func flagError(err error) error {
+	if ce, ok := errors.AsType[*drain.ConfigError](err); ok {
+		return usagef("%s", ce.Text(flagName))
+	}
+	return usageError{err}
 }
 
 // regexpList is a repeatable flag of regular expressions.
@@ -197,5 +225,3 @@ func openLogOutput(output string, stdout, stderr io.Writer) (io.Writer, func(), 
 	}
 	return file, func() { file.Close() }, nil
 }
-
-func durationText(d time.Duration) string { return fmt.Sprint(d.Round(time.Millisecond)) }

@@ -37,7 +37,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := Run(context.Background(), tt.args, &stdout, &stderr)
+		code := Run(context.Background(), tt.args, nil, &stdout, &stderr)
 		lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 		if code != ExitUsage || len(lines) != 1 || !strings.Contains(lines[0], tt.want) {
 			t.Errorf("%v: exit %d, stderr %q; want exit 2 and one line naming %q", tt.args, code, stderr.String(), tt.want)
@@ -48,7 +48,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 func TestHelpExitsZero(t *testing.T) {
 	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}, {"inject", "-h"}, {"uninject", "-h"}, {"webhook", "-h"}} {
 		var stdout, stderr bytes.Buffer
-		if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
+		if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
 			t.Errorf("%v: exit %d, stdout %d bytes; want 0 and help on stdout", args, code, stdout.Len())
 		}
 	}
@@ -67,7 +67,7 @@ func TestHelpText(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		Run(context.Background(), tt.args, &stdout, &stderr)
+		Run(context.Background(), tt.args, nil, &stdout, &stderr)
 		for _, w := range tt.want {
 			if !strings.Contains(stdout.String(), w) {
 				t.Errorf("%v: output lacks %q:\n%s", tt.args, w, stdout.String())
@@ -120,10 +120,11 @@ func FuzzDrainFlags(f *testing.F) {
 		if err := parse(fs, args, io.Discard); err != nil {
 			return
 		}
-		cfg, addr, err := df.config()
+		ec, err := df.config()
 		if err != nil {
 			return
 		}
+		cfg, addr := ec.Drain, ec.Admin
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("accepted flags %q give an invalid config: %v", args, err)
 		}
@@ -163,7 +164,7 @@ func TestRunConfig(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := cfg.drain.Timeout.String(); got != tt.timeout {
+			if got := cfg.Engine.Drain.Timeout.String(); got != tt.timeout {
 				t.Errorf("drain timeout = %s, want %s", got, tt.timeout)
 			}
 		})
@@ -173,7 +174,7 @@ func TestRunConfig(t *testing.T) {
 func TestRunNeedsEnvoyCommand(t *testing.T) {
 	for _, args := range [][]string{{"run"}, {"run", "--"}, {"run", "--", "/no/such/envoy"}} {
 		var stdout, stderr bytes.Buffer
-		if code := Run(context.Background(), append(args[:1:1], append([]string{"--admin-address", "http://127.0.0.1:9901"}, args[1:]...)...), &stdout, &stderr); code != ExitUsage {
+		if code := Run(context.Background(), append(args[:1:1], append([]string{"--admin-address", "http://127.0.0.1:9901"}, args[1:]...)...), nil, &stdout, &stderr); code != ExitUsage {
 			t.Errorf("%v: exit %d (%s), want 2", args, code, stderr.String())
 		}
 	}

@@ -103,7 +103,7 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 }
 
 // runInject is `inject -f FILE|-`: YAML documents in, the same documents out with every workload injected.
-func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	var f injectFlags
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
@@ -118,7 +118,7 @@ func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	in, closeIn, err := openManifests(*file)
+	in, closeIn, err := openManifests(*file, stdin)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func runInject(_ context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 // runUninject is `uninject -f FILE|-`: removes exactly what inject added, restoring what it replaced.
-func runUninject(_ context.Context, args []string, stdout, stderr io.Writer) error {
+func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("uninject", flag.ContinueOnError)
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
 	if err := parse(fs, args, stdout); err != nil {
@@ -156,7 +156,7 @@ func runUninject(_ context.Context, args []string, stdout, stderr io.Writer) err
 	if *file == "" {
 		return usagef("give the manifests with -f FILE or -f -")
 	}
-	in, closeIn, err := openManifests(*file)
+	in, closeIn, err := openManifests(*file, stdin)
 	if err != nil {
 		return err
 	}
@@ -171,9 +171,9 @@ func runUninject(_ context.Context, args []string, stdout, stderr io.Writer) err
 
 // openManifests opens the manifests of -f: a file, or stdin for "-". They are read one document at a time
 // (inject.ManifestsFrom), within inject's limits on a stream and a document.
-func openManifests(file string) (io.Reader, func(), error) {
+func openManifests(file string, stdin io.Reader) (io.Reader, func(), error) {
 	if file == "-" {
-		return os.Stdin, func() {}, nil
+		return stdin, func() {}, nil
 	}
 	f, err := os.Open(file)
 	if err != nil {

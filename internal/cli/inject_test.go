@@ -65,7 +65,7 @@ func TestInjectCommand(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append([]string{"inject", image, "-f", filepath.Join(golden, tt.name+".in.yaml")}, tt.args...)
 			var stdout, stderr bytes.Buffer
-			if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK {
+			if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK {
 				t.Fatalf("exit %d: %s", code, stderr.String())
 			}
 			want, err := os.ReadFile(filepath.Join(golden, tt.name+".out.yaml"))
@@ -89,20 +89,8 @@ func TestInjectCommand(t *testing.T) {
 // runWithStdin runs the command with stdin from data and returns its stdout.
 func runWithStdin(t *testing.T, data []byte, args ...string) []byte {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "stdin.yaml")
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	saved := os.Stdin
-	os.Stdin = f
-	defer func() { os.Stdin = saved }()
 	var stdout, stderr bytes.Buffer
-	if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK {
+	if code := Run(context.Background(), args, bytes.NewReader(data), &stdout, &stderr); code != ExitOK {
 		t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
 	}
 	return stdout.Bytes()
@@ -150,7 +138,7 @@ func TestInjectErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := Run(context.Background(), tt.args, &stdout, &stderr)
+		code := Run(context.Background(), tt.args, nil, &stdout, &stderr)
 		if code != tt.code || !strings.Contains(stderr.String(), tt.want) || stdout.Len() != 0 {
 			t.Errorf("%v: exit %d, stdout %q, stderr %q; want exit %d, nothing on stdout, stderr naming %q", tt.args, code, stdout.String(), stderr.String(), tt.code, tt.want)
 		}
@@ -182,7 +170,7 @@ func TestDeployExamples(t *testing.T) {
 			cmd = append(cmd, "-f", "deploy/plain/envoy.yaml")
 			var stdout, stderr bytes.Buffer
 			args := append(cmd[:len(cmd)-1:len(cmd)-1], filepath.Join(root, "plain", "envoy.yaml"))
-			if code := Run(context.Background(), args, &stdout, &stderr); code != ExitOK {
+			if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK {
 				t.Fatalf("exit %d: %s", code, stderr.String())
 			}
 			got := "# Generated from deploy/plain/envoy.yaml (where the comments explaining its settings are) by:\n" +
@@ -284,7 +272,7 @@ func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stdout, stderr bytes.Buffer
-	if code := Run(context.Background(), []string{"inject", "-f", path}, &stdout, &stderr); code != ExitOK {
+	if code := Run(context.Background(), []string{"inject", "-f", path}, nil, &stdout, &stderr); code != ExitOK {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	if !bytes.HasPrefix(stdout.Bytes(), echo) {

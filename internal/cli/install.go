@@ -22,7 +22,7 @@ const installName = "shutdown-manager"
 // The copy is atomic (a temporary file in DIR, synced, made 0555, renamed over the target), so a container
 // never sees a partial binary, and repeating it (a restarted init container) is harmless. It writes nothing
 // outside DIR: it works as non-root with a read-only root filesystem when DIR is a writable volume.
-func runInstall(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+func runInstall(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
 	var lf logFlags
 	lf.register(fs)

@@ -17,7 +17,7 @@ import (
 func runInstallCLI(t *testing.T, args ...string) (int, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := Run(t.Context(), append([]string{"install"}, args...), &stdout, &stderr)
+	code := Run(t.Context(), append([]string{"install"}, args...), nil, &stdout, &stderr)
 	return code, stdout.String() + stderr.String()
 }
 

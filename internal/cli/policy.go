@@ -10,7 +10,7 @@ import (
 
 // runPolicy is `policy [settings]`: writes the MutatingAdmissionPolicy and its binding (Kubernetes >= 1.36)
 // that make the API server inject pods as `inject` would with the same settings, as YAML for kubectl apply.
-func runPolicy(_ context.Context, args []string, stdout, _ io.Writer) error {
+func runPolicy(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
 	var f injectFlags
 	f.register(fs)

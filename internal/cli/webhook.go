@@ -2,48 +2,15 @@ package cli
 
 import (
 	"context"
-	"crypto/tls"
-	"errors"
 	"flag"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"os/signal"
-	"runtime/debug"
-	"syscall"
-	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
-	corev1 "k8s.io/api/core/v1"
 )
 
-// webhookConfig is `webhook`'s validated configuration.
-type webhookConfig struct {
-	inject         inject.Config
-	listen         string // TCP [IP]:PORT
-	healthListen   string
-	certFile       string
-	keyFile        string
-	kubeconfig     string // for Events on owners; "" = in-cluster
-	shutdownPeriod time.Duration
-}
-
-// webhookShutdownPeriod bounds the graceful stop: the API server's calls last at most the configuration's
-// timeoutSeconds (the chart's default is a few seconds), and kubelet's grace period is 30 s by default.
-const webhookShutdownPeriod = 10 * time.Second
-
-// webhookGCPercent is the webhook's GOGC unless the environment sets one (see serveWebhook).
-const webhookGCPercent = 400
-
-func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+// runWebhook serves the mutating admission webhook (agent.ServeWebhook) with inject's flags as its settings.
+func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	var inf injectFlags
 	var lf logFlags
@@ -57,126 +24,30 @@ func runWebhook(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	cfg := webhookConfig{certFile: *certFile, keyFile: *keyFile, kubeconfig: *kubeconfig, shutdownPeriod: webhookShutdownPeriod}
-	if cfg.certFile == "" || cfg.keyFile == "" {
+	cfg := agent.WebhookConfig{CertFile: *certFile, KeyFile: *keyFile, Kubeconfig: *kubeconfig,
+		ShutdownPeriod: agent.WebhookShutdownPeriod, Version: Version}
+	if cfg.CertFile == "" || cfg.KeyFile == "" {
 		return usagef("give the serving certificate with --tls-cert-file and --tls-key-file")
 	}
 	for _, l := range []struct {
 		flag, value string
 		dst         *string
-	}{{"--listen", *listen, &cfg.listen}, {"--health-listen", *healthListen, &cfg.healthListen}} {
-		la, err := parseListen(l.value)
-		if err != nil || la.network != "tcp" {
+	}{{"--listen", *listen, &cfg.Listen}, {"--health-listen", *healthListen, &cfg.HealthListen}} {
+		la, err := agent.ParseListen(l.value)
+		if err != nil || la.Network() != "tcp" {
 			return usagef("%s: want [IP]:PORT, got %q", l.flag, l.value)
 		}
-		*l.dst = la.addr
+		*l.dst = la.Addr()
 	}
 	icfg, err := inf.config(fs)
 	if err != nil {
 		return err
 	}
-	cfg.inject = icfg
+	cfg.Inject = icfg
 	log, closeLog, err := lf.logger(stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	return serveWebhook(ctx, cfg, log)
-}
-
-// serveWebhook serves the webhook and its health port until SIGTERM, SIGINT or ctx, then stops gracefully:
-// requests in progress are answered (within shutdownPeriod).
-func serveWebhook(ctx context.Context, cfg webhookConfig, log *slog.Logger) error {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if os.Getenv("GOGC") == "" {
-		// The live heap is a few MB and each admission allocates ~50 kB: with the default GOGC=100 the collector
-		// runs several times a second at 500 admissions/s. At 400 the handler's CPU per admission drops by about
-		// a third (BenchmarkServeHTTP: 190 -> 130 us), for a few MB more memory (bench/webhookload).
-		debug.SetGCPercent(webhookGCPercent)
-	}
-
-	certs := webhook.NewCertFiles(cfg.certFile, cfg.keyFile, log)
-	if _, err := certs.Check(); err != nil {
-		// Not fatal: a Secret mounted by cert-manager may appear after the pod starts. /readyz says not ready.
-		log.Warn("no serving certificate yet; not ready until one loads", "err", err)
-	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	icfg := cfg.inject
-	rec := events.New(events.Config{Kubeconfig: cfg.kubeconfig, Component: "webhook", Others: true,
-		Pod: os.Getenv(events.EnvPodName), Namespace: os.Getenv(events.EnvPodNamespace), UserAgent: "shutdown-manager/" + Version}, log)
-	defer rec.Close(events.CloseWait)
-	h := webhook.New(webhook.Options{
-		Decide:     func(r webhook.Review) webhook.Decision { return webhook.Decide(r, icfg) },
-		Events:     ownerEvents{rec: rec, log: webhook.LogEvents{Log: log}},
-		Log:        log,
-		Registerer: reg,
-	})
-
-	wln, err := net.Listen("tcp", cfg.listen)
-	if err != nil {
-		log.Error("cannot listen", "listen", cfg.listen, "err", err)
-		return errReported
-	}
-	hln, err := net.Listen("tcp", cfg.healthListen)
-	if err != nil {
-		wln.Close()
-		log.Error("cannot listen", "health_listen", cfg.healthListen, "err", err)
-		return errReported
-	}
-	wsrv := server.NewHTTPServer(h.Mux())
-	wsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
-	wsrv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug) // TLS handshake noise from probes
-	hsrv := server.NewHTTPServer(webhook.HealthMux(certs.Err, reg))
-
-	certCtx, stopCerts := context.WithCancel(ctx)
-	defer stopCerts()
-	go certs.Run(certCtx, webhook.DefaultCertInterval)
-
-	errs := make(chan error, 2)
-	go func() { errs <- wsrv.ServeTLS(wln, "", "") }()
-	go func() { errs <- hsrv.Serve(hln) }()
-	log.Info("webhook serving", "listen", wln.Addr().String(), "health_listen", hln.Addr().String(), "path", webhook.Path,
-		"ready", certs.Ready(), "not_after", certs.NotAfter(), "version", Version)
-
-	var failed error
-	select {
-	case <-ctx.Done():
-		log.Info("stopping", "reason", context.Cause(ctx).Error())
-	case err := <-errs:
-		failed = err
-		log.Error("serving failed", "err", err)
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownPeriod)
-	defer cancel()
-	for _, srv := range []*http.Server{wsrv, hsrv} {
-		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("stopping the server", "err", err)
-		}
-	}
-	if failed != nil {
-		return errReported
-	}
-	log.Info("exiting")
-	return nil
-}
-
-// ownerEvents records the webhook's Events on pods' owners through the Events client (queued, never
-// blocking the admission), and logs each one as well: the log is the record when the API is out of reach.
-type ownerEvents struct {
-	rec *events.Client
-	log webhook.LogEvents
-}
-
-func (o ownerEvents) NotInjected(ctx context.Context, owner webhook.Owner, message string) {
-	o.log.NotInjected(ctx, owner, message)
-	o.rec.Record(events.Event{
-		Type:   corev1.EventTypeWarning,
-		Reason: webhook.ReasonNotInjected,
-		Note:   message,
-		Action: "Inject",
-		Regarding: &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace,
-			Name: owner.Name, UID: owner.UID},
-	})
+	return agent.ServeWebhook(ctx, cfg, log)
 }

@@ -49,7 +49,7 @@ func TestWebhookCommand(t *testing.T) {
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(ctx, []string{"webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
-			"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--image", "example.com/sm:v1", "--mode", "sidecar"}, io.Discard, logs)
+			"--tls-cert-file", certFile, "--tls-key-file", keyFile, "--image", "example.com/sm:v1", "--mode", "sidecar"}, nil, io.Discard, logs)
 	}()
 	var listen, health string
 	select {

@@ -41,6 +41,7 @@ func ParseMode(s string) (Mode, error) {
 type Selector struct {
 	Include []*regexp.Regexp // if any, a name must match one of them
 	Exclude []*regexp.Regexp // a name matching any of them does not count
+	Names   Names            // spells the two settings in a group's reason; nil: their field names
 }
 
 // Counts reports a Snapshot's work in flight, as a Mode and Selector count it.
@@ -118,10 +119,10 @@ func match(res []*regexp.Regexp, names ...string) string {
 // exclusion returns why the selector leaves out a set of names (a scope, or a group's members), or "".
 func (s Selector) exclusion(names ...string) string {
 	if m := match(s.Exclude, names...); m != "" {
-		return "--listener-exclude matches " + m
+		return s.Names.of(SettingListenerExclude) + " matches " + m
 	}
 	if len(s.Include) > 0 && match(s.Include, names...) == "" {
-		return "--listener-include matches none of its scopes"
+		return s.Names.of(SettingListenerInclude) + " matches none of its scopes"
 	}
 	return ""
 }

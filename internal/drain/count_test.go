@@ -207,7 +207,9 @@ func TestCountGroups(t *testing.T) {
 		})
 	}
 
-	c := Count(snap, topo, ModeInflight, Selector{Exclude: res(`_80$`)})
+	// Spelled as a front end spells the setting (the command line: its flag).
+	flag := Names(func(Setting) string { return "--listener-exclude" })
+	c := Count(snap, topo, ModeInflight, Selector{Exclude: res(`_80$`), Names: flag})
 	var excluded *Group
 	for i, g := range c.Groups {
 		if slices.Contains(g.Listeners, "listener.0.0.0.0_80") {

@@ -50,6 +50,14 @@ func ParseListenerDrain(s string) (ListenerDrain, error) {
 	return "", fmt.Errorf("%q is not one of none, inbound, all", s)
 }
 
+// The defaults of a drain's policy: the command line's, and the numbers inject sizes grace periods with.
+const (
+	DefaultDelay       = 0 * time.Second
+	DefaultMinDuration = 5 * time.Second
+	DefaultTimeout     = 60 * time.Second
+	DefaultInterval    = 250 * time.Millisecond
+)
+
 // Config is a drain's policy. Durations are wall-clock; Timeout counts from the trigger and bounds every step.
 type Config struct {
 	Delay         time.Duration // keep serving normally before failing health checks (endpoint propagation)
@@ -64,30 +72,33 @@ type Config struct {
 	EnvoyExited   <-chan struct{} // closed when Envoy's process is known to have exited (agent mode); may be nil
 }
 
-// Validate reports the first invalid field, named as the flag that sets it.
+// Validate reports the first invalid field as a *ConfigError.
 func (c Config) Validate() error {
 	switch {
 	case c.Delay < 0:
-		return fmt.Errorf("--drain-delay must not be negative")
+		return invalid(SettingDelay, "must not be negative")
 	case c.MinDuration < 0:
-		return fmt.Errorf("--min-drain-duration must not be negative")
+		return invalid(SettingMinDuration, "must not be negative")
 	case c.Timeout <= 0:
-		return fmt.Errorf("--drain-timeout must be positive")
+		return invalid(SettingTimeout, "must be positive")
 	case c.Interval <= 0:
-		return fmt.Errorf("--check-interval must be positive")
+		return invalid(SettingInterval, "must be positive")
 	case c.Threshold < 0:
-		return fmt.Errorf("--min-open-connections must not be negative")
+		return invalid(SettingThreshold, "must not be negative")
 	case c.GoneAfter < 0:
-		return fmt.Errorf("--envoy-gone-after must not be negative")
+		return invalid(SettingGoneAfter, "must not be negative")
 	case AddDurations(c.Delay, c.MinDuration) >= c.Timeout:
-		return fmt.Errorf("--drain-timeout (%s) must be longer than --drain-delay plus --min-drain-duration (%s)",
-			c.Timeout, AddDurations(c.Delay, c.MinDuration))
+		floor := AddDurations(c.Delay, c.MinDuration)
+		return &ConfigError{Setting: SettingTimeout, text: func(n Names) string {
+			return fmt.Sprintf("%s (%s) must be longer than %s plus %s (%s)",
+				n.of(SettingTimeout), c.Timeout, n.of(SettingDelay), n.of(SettingMinDuration), floor)
+		}}
 	}
 	if _, err := ParseMode(string(c.Mode)); err != nil {
-		return fmt.Errorf("--count: %w", err)
+		return invalidValue(SettingMode, err)
 	}
 	if _, err := ParseListenerDrain(string(c.ListenerDrain)); err != nil {
-		return fmt.Errorf("--drain-listeners: %w", err)
+		return invalidValue(SettingListenerDrain, err)
 	}
 	return nil
 }
@@ -111,7 +122,6 @@ type Engine struct {
 
 	// Written by the owner goroutine (Run) when a drain starts, and by that drain's goroutine after.
 	status  atomic.Pointer[Status]
-	running atomic.Pointer[Drain]
 	last    atomic.Pointer[Drain]
 	started atomic.Pointer[chan struct{}]
 	// resumed is the last successful resume; resumeGen counts them, so a cached state read before a resume
@@ -275,7 +285,6 @@ func (e *Engine) start(ctx context.Context, by Caller) *Drain {
 	now := time.Now()
 	d.started = now
 	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
-	e.running.Store(d)
 	e.last.Store(d)
 	next := make(chan struct{})
 	close(*e.started.Swap(&next))
@@ -284,7 +293,6 @@ func (e *Engine) start(ctx context.Context, by Caller) *Drain {
 		r := e.drain(dctx, d)
 		d.result = r
 		e.metrics.finished(r)
-		e.running.CompareAndSwap(d, nil)
 		close(d.done)
 	}()
 	return d
@@ -379,17 +387,14 @@ func (e *Engine) resume(ctx context.Context, req resumeRequest, canceled *Drain)
 	req.reply <- resumeReply{res: res}
 }
 
-// Running returns the drain in progress, or nil.
-func (e *Engine) Running() *Drain { return e.running.Load() }
-
-// Last returns the drain started last, running or finished, or nil before the first. An observer waits for
-// NextStart, then takes Last: that is the drain that started (or, if it finished and Envoy came back LIVE
-// before the observer looked, a later one).
-func (e *Engine) Last() *Drain { return e.last.Load() }
-
-// NextStart returns a channel that is closed when the next drain starts. To wait for "a drain, running now or
-// starting soon", take NextStart first, then check Running.
-func (e *Engine) NextStart() <-chan struct{} { return *e.started.Load() }
+// Current returns the drain started last, running or finished (nil before the first), and a channel
+// closed when the next drain starts. It is the one way to follow the engine's drains: wait on d.Done() for
+// the running drain's release, on next for the drain after it, then call Current again. The two are read
+// together: a drain that starts after the call closes next; one that started before is d.
+func (e *Engine) Current() (d *Drain, next <-chan struct{}) {
+	next = *e.started.Load() // first: a drain starting between the two loads closes it
+	return e.last.Load(), next
+}
 
 // Status returns a snapshot of the current or last drain. The caller may keep it; it is never changed.
 func (e *Engine) Status() Status {
@@ -441,6 +446,9 @@ func (d *Drain) Started() time.Time { return d.started }
 func (d *Drain) By() Caller { return d.by }
 
 func ptr[T any](v T) *T { return &v }
+
+// Released reports whether the drain has released its waiters (Done is closed).
+func (d *Drain) Released() bool { return isDone(d) }
 
 func isDone(d *Drain) bool {
 	select {

@@ -83,3 +83,29 @@ func AdminFromBootstrap(data []byte) (addr Address, found bool, err error) {
 	}
 	return Address{}, true, fmt.Errorf("bootstrap admin address is neither a socket_address nor a pipe")
 }
+
+// AdminFromCommandLine reads the admin address from the bootstrap named on Envoy's command line (its argv),
+// reading files with readFile.
+func AdminFromCommandLine(envoyArgs []string, readFile func(string) ([]byte, error)) (Address, error) {
+	path, inline := BootstrapSource(envoyArgs)
+	if inline != "" { // merged over the file by Envoy: it wins when it names an admin address
+		if addr, found, err := AdminFromBootstrap([]byte(inline)); found || err != nil {
+			return addr, err
+		}
+	}
+	if path == "" {
+		return Address{}, fmt.Errorf("envoy's command line names no bootstrap (-c)")
+	}
+	data, err := readFile(path)
+	if err != nil {
+		return Address{}, fmt.Errorf("reading envoy's bootstrap: %w", err)
+	}
+	addr, found, err := AdminFromBootstrap(data)
+	if err != nil {
+		return Address{}, fmt.Errorf("%s: %w", path, err)
+	}
+	if !found {
+		return Address{}, fmt.Errorf("%s has no admin address", path)
+	}
+	return addr, nil
+}

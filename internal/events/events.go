@@ -149,10 +149,9 @@ type Recorder interface {
 	Record(Event)
 }
 
-// Engine is what Watch reads of the drain engine (drain.Engine): the start of each drain and its status.
+// Engine is what Watch reads of the drain engine (drain.Engine): its drains as they start, and its status.
 type Engine interface {
-	NextStart() <-chan struct{}
-	Last() *drain.Drain
+	Current() (d *drain.Drain, next <-chan struct{})
 	Status() drain.Status
 }
 
@@ -165,8 +164,8 @@ type Engine interface {
 func Watch(ctx context.Context, e Engine, rec Recorder, timeout time.Duration) {
 	var seen *drain.Drain
 	for {
-		next := e.NextStart() // first, then Last: a drain starting in between closes next
-		if d := e.Last(); d != nil && d != seen {
+		d, next := e.Current()
+		if d != nil && d != seen {
 			seen = d
 			rec.Record(Started(d, timeout))
 			<-d.Done()

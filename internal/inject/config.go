@@ -75,11 +75,10 @@ const (
 	DefaultMetricsPort = 9090 // the sidecar's metrics with HookHTTP
 )
 
-// The drain's own defaults (the drain, serve and run flags), used to size the grace period. A test in
-// internal/cli checks that they match the flags.
+// The drain's own defaults (those of the drain, serve and run flags), used to size the grace period.
 const (
-	DefaultDrainDelay       = 0 * time.Second
-	DefaultMinDrainDuration = 5 * time.Second
+	DefaultDrainDelay       = drain.DefaultDelay
+	DefaultMinDrainDuration = drain.DefaultMinDuration
 )
 
 // DefaultEnvoyCommand is Envoy's command in agent mode when its container sets none: `envoy` on PATH, as in

@@ -31,9 +31,20 @@ type Process struct {
 }
 
 // Start starts path with args (args[0] is the program name as the child sees it), with stdin, stdout and
-// stderr passed through untouched, and makes this process a child subreaper so that orphans left by the
-// child are reaped here. The child is killed if this process dies (PR_SET_PDEATHSIG).
+// stderr passed through untouched (a nil one is /dev/null), and makes this process a child subreaper so
+// that orphans left by the child are reaped here. The child is killed if this process dies (PR_SET_PDEATHSIG).
 func Start(path string, args []string, stdio [3]*os.File, log *slog.Logger) (*Process, error) {
+	for i, f := range stdio {
+		if f != nil {
+			continue
+		}
+		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+		if err != nil {
+			return nil, fmt.Errorf("opening %s: %w", os.DevNull, err)
+		}
+		defer null.Close() // the child has its own copy once started
+		stdio[i] = null
+	}
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		log.Warn("cannot become a child subreaper; orphans of envoy will not be reaped here", "err", err)
 	}

@@ -379,7 +379,7 @@ func startWebhook(t *testing.T, certs *certDir, kubeconfig string) *runningWebho
 	w.cancel = cancel
 	go func() {
 		w.done <- cli.Run(ctx, []string{"webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
-			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--kubeconfig", kubeconfig, "--image", testImage, "--log-level", "debug"}, io.Discard, out)
+			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--kubeconfig", kubeconfig, "--image", testImage, "--log-level", "debug"}, nil, io.Discard, out)
 	}()
 	t.Cleanup(func() {
 		w.stop(t)

@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"context"
@@ -16,7 +16,22 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 )
 
-// stack is what a long-running front end (serve, run) builds around the engine: the admin client, the
+// EngineConfig is what every front end of the drain engine needs: the drain's policy, where Envoy's admin
+// API is, and where the drain's Events go.
+type EngineConfig struct {
+	Drain        drain.Config
+	Admin        envoyadmin.Address
+	AdminTimeout time.Duration // each admin API request
+	Kubeconfig   string        // Events through this kubeconfig; "": the in-cluster config, when in a pod
+	Version      string        // this build, for logs, metrics and the Events' user agent
+}
+
+// client is the admin API client, its requests observed by m.
+func (c EngineConfig) client(m *drain.Metrics) *envoyadmin.Client {
+	return envoyadmin.New(c.Admin, envoyadmin.Options{Timeout: c.AdminTimeout, Observe: m.AdminRequest})
+}
+
+// stack is what a long-running front end (Serve, Run) builds around the engine: the admin client, the
 // metrics registry, the engine and its Events, running until stop is called.
 type stack struct {
 	admin  *envoyadmin.Client
@@ -28,14 +43,14 @@ type stack struct {
 }
 
 // newStack starts the engine; component names the command in the Events ("serve", "run").
-func newStack(df *drainFlags, cfg drain.Config, addr envoyadmin.Address, log *slog.Logger, component string) (*stack, error) {
+func newStack(cfg EngineConfig, log *slog.Logger, component string) (*stack, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo())
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(cfg.Version))
 	metrics := drain.NewMetrics(reg)
-	admin := df.client(addr, metrics)
-	engine, err := drain.New(cfg, admin, log, metrics)
+	admin := cfg.client(metrics)
+	engine, err := drain.New(cfg.Drain, admin, log, metrics)
 	if err != nil {
-		return nil, usageError{err}
+		return nil, err
 	}
 	// The engine does not stop with the caller's context: a signal must not cancel a drain in progress.
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -44,7 +59,7 @@ func newStack(df *drainFlags, cfg drain.Config, addr envoyadmin.Address, log *sl
 		defer close(done)
 		_ = engine.Run(ctx)
 	}()
-	stopEvents := startEvents(df.kubeconfig, component, engine, cfg.Timeout, log)
+	stopEvents := startEvents(cfg, component, engine, log)
 	return &stack{admin: admin, reg: reg, engine: engine, stop: func(cause error) {
 		cancel(cause)
 		<-done
@@ -56,13 +71,13 @@ func newStack(df *drainFlags, cfg drain.Config, addr envoyadmin.Address, log *sl
 // the drain's path. Without API access it logs one warning and records nothing. stop returns once the
 // drain running, if any, has released and its Event was sent or events.CloseWait has passed: call it after
 // the engine was stopped, or after its drain released. It may be called more than once.
-func startEvents(kubeconfig, component string, engine *drain.Engine, timeout time.Duration, log *slog.Logger) (stop func()) {
+func startEvents(cfg EngineConfig, component string, engine *drain.Engine, log *slog.Logger) (stop func()) {
 	client := events.New(events.Config{
-		Kubeconfig: kubeconfig,
+		Kubeconfig: cfg.Kubeconfig,
 		Pod:        os.Getenv(events.EnvPodName),
 		Namespace:  os.Getenv(events.EnvPodNamespace),
 		Component:  component,
-		UserAgent:  "shutdown-manager/" + Version,
+		UserAgent:  "shutdown-manager/" + cfg.Version,
 	}, log)
 	if !client.Enabled() {
 		return func() {}
@@ -71,7 +86,7 @@ func startEvents(kubeconfig, component string, engine *drain.Engine, timeout tim
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		events.Watch(ctx, engine, client, timeout)
+		events.Watch(ctx, engine, client, cfg.Drain.Timeout)
 	}()
 	var once sync.Once
 	return func() {
@@ -84,11 +99,11 @@ func startEvents(kubeconfig, component string, engine *drain.Engine, timeout tim
 }
 
 // buildInfo is shutdown_manager_build_info{version, goversion} 1: which build is running, for dashboards.
-func buildInfo() prometheus.Collector {
+func buildInfo(version string) prometheus.Collector {
 	g := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name:        "shutdown_manager_build_info",
 		Help:        "Always 1; the labels say which build of shutdown-manager is running.",
-		ConstLabels: prometheus.Labels{"version": Version, "goversion": runtime.Version()},
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
 	})
 	g.Set(1)
 	return g

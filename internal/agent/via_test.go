@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
@@ -38,7 +39,7 @@ func TestJoinSidecar(t *testing.T) {
 		wantErr    error
 	}{
 		{"drained", answer(200, "drained: 0 in flight after 1s"), true, nil},
-		{"timeout", answer(503, "timeout: deadline 60s reached with 1 in flight"), true, errReported},
+		{"timeout", answer(503, "timeout: deadline 60s reached with 1 in flight"), true, ErrReported},
 		{"unauthorized", answer(401, "unauthorized"), false, nil},
 		{"busy", answer(429, "busy"), false, nil},
 		{"sidecar stopping", func(w http.ResponseWriter, r *http.Request) {
@@ -53,10 +54,7 @@ func TestJoinSidecar(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := httptest.NewServer(tt.handler)
 			defer srv.Close()
-			c, err := newViaClient(srv.URL, "tok")
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := newViaClient(mustAddress(t, srv.URL), "tok", "test")
 			joined, err := joinSidecar(context.Background(), c, 10*time.Second, log)
 			if joined != tt.wantJoined || !errors.Is(err, tt.wantErr) {
 				t.Errorf("joined %v, err %v; want %v, %v", joined, err, tt.wantJoined, tt.wantErr)
@@ -64,10 +62,7 @@ func TestJoinSidecar(t *testing.T) {
 		})
 	}
 	t.Run("no socket", func(t *testing.T) {
-		c, err := newViaClient("unix://"+filepath.Join(t.TempDir(), "absent.sock"), "")
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := newViaClient(mustAddress(t, "unix://"+filepath.Join(t.TempDir(), "absent.sock")), "", "test")
 		if joined, err := joinSidecar(context.Background(), c, 10*time.Second, log); joined || err != nil {
 			t.Errorf("joined %v, err %v; want a fallback", joined, err)
 		}
@@ -75,9 +70,18 @@ func TestJoinSidecar(t *testing.T) {
 	t.Run("no answer within the wait", func(t *testing.T) {
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
 		defer srv.Close()
-		c, _ := newViaClient(srv.URL, "tok")
-		if joined, err := joinSidecar(context.Background(), c, 200*time.Millisecond, log); !joined || !errors.Is(err, errReported) {
+		c := newViaClient(mustAddress(t, srv.URL), "tok", "test")
+		if joined, err := joinSidecar(context.Background(), c, 200*time.Millisecond, log); !joined || !errors.Is(err, ErrReported) {
 			t.Errorf("joined %v, err %v; want a failure: the wait is bounded", joined, err)
 		}
 	})
+}
+
+func mustAddress(t *testing.T, s string) envoyadmin.Address {
+	t.Helper()
+	a, err := envoyadmin.ParseAddress(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
 }

@@ -1,4 +1,4 @@
-package cli
+package agent
 
 import (
 	"context"
@@ -17,21 +17,17 @@ import (
 // viaDialTimeout bounds connecting to the sidecar.
 const viaDialTimeout = 2 * time.Second
 
-// viaClient calls the HTTP API of a `serve` sidecar (drain --via, resume --via).
+// viaClient calls the HTTP API of a `serve` sidecar (Drain and Resume through a sidecar).
 type viaClient struct {
-	addr  envoyadmin.Address
-	base  string
-	http  *http.Client
-	token string
+	addr    envoyadmin.Address
+	base    string
+	http    *http.Client
+	token   string
+	version string // for the User-Agent
 }
 
-// newViaClient reads --via: unix:///path/api.sock, http://IP:PORT or IP:PORT (the forms of --admin-address,
-// and for the same reason no host names).
-func newViaClient(via, token string) (*viaClient, error) {
-	addr, err := envoyadmin.ParseAddress(via)
-	if err != nil {
-		return nil, err
-	}
+// newViaClient calls the sidecar at addr (a unix socket or a TCP address, as Envoy's admin API is given).
+func newViaClient(addr envoyadmin.Address, token, version string) *viaClient {
 	// A sidecar that exists answers a connect at once; a dropped SYN (a NetworkPolicy) must not eat the
 	// hook's whole budget before the fallback drain.
 	dialer := &net.Dialer{Timeout: viaDialTimeout}
@@ -45,10 +41,10 @@ func newViaClient(via, token string) (*viaClient, error) {
 	if addr.Network == "unix" {
 		base = "http://shutdown-manager"
 	}
-	return &viaClient{addr: addr, base: base, token: token, http: &http.Client{
+	return &viaClient{addr: addr, base: base, token: token, version: version, http: &http.Client{
 		Transport:     transport,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}}, nil
+	}}
 }
 
 // errSidecarUnreachable marks a call that got no answer at all from the sidecar: nothing listens (no
@@ -67,7 +63,7 @@ func (c *viaClient) callHeader(ctx context.Context, method, path string) (int, s
 	if err != nil {
 		return 0, "", nil, fmt.Errorf("%s %s: %w", method, path, err)
 	}
-	req.Header.Set("User-Agent", "shutdown-manager/"+Version)
+	req.Header.Set("User-Agent", "shutdown-manager/"+c.version)
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}

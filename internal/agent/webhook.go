@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
+)
+
+// WebhookConfig is the admission webhook's: what to inject, where it listens, its certificate.
+type WebhookConfig struct {
+	Inject         inject.Config
+	Listen         string // TCP [IP]:PORT
+	HealthListen   string
+	CertFile       string
+	KeyFile        string
+	Kubeconfig     string // for Events on owners; "" = in-cluster
+	ShutdownPeriod time.Duration
+	Version        string
+}
+
+// WebhookShutdownPeriod bounds the graceful stop: the API server's calls last at most the configuration's
+// timeoutSeconds (the chart's default is a few seconds), and kubelet's grace period is 30 s by default.
+const WebhookShutdownPeriod = 10 * time.Second
+
+// webhookGCPercent is the webhook's GOGC unless the environment sets one (see ServeWebhook).
+const webhookGCPercent = 400
+
+// ServeWebhook serves the webhook and its health port until SIGTERM, SIGINT or ctx, then stops gracefully:
+// requests in progress are answered (within shutdownPeriod).
+func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if os.Getenv("GOGC") == "" {
+		// The live heap is a few MB and each admission allocates ~50 kB: with the default GOGC=100 the collector
+		// runs several times a second at 500 admissions/s. At 400 the handler's CPU per admission drops by about
+		// a third (BenchmarkServeHTTP: 190 -> 130 us), for a few MB more memory (bench/webhookload).
+		debug.SetGCPercent(webhookGCPercent)
+	}
+
+	certs := webhook.NewCertFiles(cfg.CertFile, cfg.KeyFile, log)
+	if _, err := certs.Check(); err != nil {
+		// Not fatal: a Secret mounted by cert-manager may appear after the pod starts. /readyz says not ready.
+		log.Warn("no serving certificate yet; not ready until one loads", "err", err)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	icfg := cfg.Inject
+	rec := events.New(events.Config{Kubeconfig: cfg.Kubeconfig, Component: "webhook", Others: true,
+		Pod: os.Getenv(events.EnvPodName), Namespace: os.Getenv(events.EnvPodNamespace), UserAgent: "shutdown-manager/" + cfg.Version}, log)
+	defer rec.Close(events.CloseWait)
+	h := webhook.New(webhook.Options{
+		Decide:     func(r webhook.Review) webhook.Decision { return webhook.Decide(r, icfg) },
+		Events:     ownerEvents{rec: rec, log: webhook.LogEvents{Log: log}},
+		Log:        log,
+		Registerer: reg,
+	})
+
+	wln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		log.Error("cannot listen", "listen", cfg.Listen, "err", err)
+		return ErrReported
+	}
+	hln, err := net.Listen("tcp", cfg.HealthListen)
+	if err != nil {
+		wln.Close()
+		log.Error("cannot listen", "health_listen", cfg.HealthListen, "err", err)
+		return ErrReported
+	}
+	wsrv := server.NewHTTPServer(h.Mux())
+	wsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
+	wsrv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug) // TLS handshake noise from probes
+	hsrv := server.NewHTTPServer(webhook.HealthMux(certs.Err, reg))
+
+	certCtx, stopCerts := context.WithCancel(ctx)
+	defer stopCerts()
+	go certs.Run(certCtx, webhook.DefaultCertInterval)
+
+	errs := make(chan error, 2)
+	go func() { errs <- wsrv.ServeTLS(wln, "", "") }()
+	go func() { errs <- hsrv.Serve(hln) }()
+	log.Info("webhook serving", "listen", wln.Addr().String(), "health_listen", hln.Addr().String(), "path", webhook.Path,
+		"ready", certs.Ready(), "not_after", certs.NotAfter(), "version", cfg.Version)
+
+	var failed error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping", "reason", context.Cause(ctx).Error())
+	case err := <-errs:
+		failed = err
+		log.Error("serving failed", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownPeriod)
+	defer cancel()
+	for _, srv := range []*http.Server{wsrv, hsrv} {
+		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("stopping the server", "err", err)
+		}
+	}
+	if failed != nil {
+		return ErrReported
+	}
+	log.Info("exiting")
+	return nil
+}
+
+// ownerEvents records the webhook's Events on pods' owners through the Events client (queued, never
+// blocking the admission), and logs each one as well: the log is the record when the API is out of reach.
+type ownerEvents struct {
+	rec *events.Client
+	log webhook.LogEvents
+}
+
+func (o ownerEvents) NotInjected(ctx context.Context, owner webhook.Owner, message string) {
+	o.log.NotInjected(ctx, owner, message)
+	o.rec.Record(events.Event{
+		Type:   corev1.EventTypeWarning,
+		Reason: webhook.ReasonNotInjected,
+		Note:   message,
+		Action: "Inject",
+		Regarding: &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace,
+			Name: owner.Name, UID: owner.UID},
+	})
+}
