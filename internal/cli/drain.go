@@ -76,9 +76,3 @@ func wantProgress(mode string, stderr io.Writer) (bool, error) {
 	}
 	return false, usagef("--progress: %q is not one of auto, always, never", mode)
 }
-
-func isFlagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}

@@ -138,6 +138,13 @@ func flagError(err error) error {
 	return usageError{err}
 }
 
+// isFlagSet reports whether the command line set the flag name (as opposed to its default).
+func isFlagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // regexpList is a repeatable flag of regular expressions.
 type regexpList []*regexp.Regexp
 
