@@ -274,7 +274,7 @@ func (e *Engine) start(ctx context.Context, by Caller) *Drain {
 	d := &Drain{done: make(chan struct{}), by: by, cancel: cancel}
 	now := time.Now()
 	d.started = now
-	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
+	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: new(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
 	e.running.Store(d)
 	e.last.Store(d)
 	next := make(chan struct{})
@@ -439,8 +439,6 @@ func (d *Drain) Started() time.Time { return d.started }
 
 // By is who started the drain.
 func (d *Drain) By() Caller { return d.by }
-
-func ptr[T any](v T) *T { return &v }
 
 func isDone(d *Drain) bool {
 	select {

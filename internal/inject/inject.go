@@ -222,7 +222,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		if set.Hook == HookExec {
 			shareUser(sc.SecurityContext, spec.SecurityContext, c.SecurityContext)
 			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
-				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("1Mi"))},
+				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: new(resource.MustParse("1Mi"))},
 			}})
 			mount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
 			c.VolumeMounts = append(c.VolumeMounts, mount)
@@ -237,7 +237,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
 		}
 		if set.SidecarKind == SidecarNative {
-			sc.RestartPolicy = ptr(corev1.ContainerRestartPolicyAlways)
+			sc.RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
 			spec.InitContainers = append(spec.InitContainers, sc)
 		} else {
 			spec.Containers = append(spec.Containers, sc)
@@ -410,7 +410,7 @@ func binaryVolume(set settings) corev1.Volume {
 		v.Image = &corev1.ImageVolumeSource{Reference: set.Image, PullPolicy: set.ImagePullPolicy}
 	} else {
 		// The binary is about 10 MB; the limit keeps a misbehaving copy from filling the node's disk.
-		v.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: ptr(resource.MustParse("32Mi"))}
+		v.EmptyDir = &corev1.EmptyDirVolumeSource{SizeLimit: new(resource.MustParse("32Mi"))}
 	}
 	return v
 }
@@ -500,9 +500,9 @@ func shareUser(sidecar *corev1.SecurityContext, pod *corev1.PodSecurityContext, 
 	if uid == nil || *uid == 0 {
 		return
 	}
-	sidecar.RunAsUser = ptr(*uid)
+	sidecar.RunAsUser = new(*uid)
 	if gid != nil && *gid != 0 {
-		sidecar.RunAsGroup = ptr(*gid)
+		sidecar.RunAsGroup = new(*gid)
 	}
 }
 
@@ -521,11 +521,11 @@ func resources() corev1.ResourceRequirements {
 // securityContext: what the restricted Pod Security Standard asks, and a read-only root filesystem.
 func securityContext() *corev1.SecurityContext {
 	return &corev1.SecurityContext{
-		RunAsUser:                ptr(int64(runAsUser)),
-		RunAsGroup:               ptr(int64(runAsUser)),
-		RunAsNonRoot:             ptr(true),
-		ReadOnlyRootFilesystem:   ptr(true),
-		AllowPrivilegeEscalation: ptr(false),
+		RunAsUser:                new(int64(runAsUser)),
+		RunAsGroup:               new(int64(runAsUser)),
+		RunAsNonRoot:             new(true),
+		ReadOnlyRootFilesystem:   new(true),
+		AllowPrivilegeEscalation: new(false),
 		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
@@ -607,5 +607,3 @@ func withoutContainers(cs []corev1.Container, names []string) []corev1.Container
 }
 
 func portOf(p int32) intstr.IntOrString { return intstr.FromInt32(p) }
-
-func ptr[T any](v T) *T { return &v }

@@ -109,7 +109,7 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admis
 			Mutations:       []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: mutation}}},
 			// Ignore, as the webhook recommends: a policy that cannot be evaluated must not stop pods from
 			// being created (they are then created without the manager).
-			FailurePolicy: ptr(admissionv1.Ignore),
+			FailurePolicy: new(admissionv1.Ignore),
 			// Never: after our mutation the pod carries the status annotation, which matchConditions skip,
 			// so a reinvocation could not change anything.
 			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
@@ -241,7 +241,7 @@ func (g *generator) checkProbe(before corev1.Container, meta metav1.ObjectMeta, 
 	}
 	rest := spec.DeepCopy()
 	rest.Volumes, rest.InitContainers, rest.Containers = nil, nil, rest.Containers[:1]
-	want := corev1.PodSpec{Containers: rest.Containers, TerminationGracePeriodSeconds: ptr(int64(probeGrace))}
+	want := corev1.PodSpec{Containers: rest.Containers, TerminationGracePeriodSeconds: new(int64(probeGrace))}
 	if !equality.Semantic.DeepEqual(*rest, want) {
 		return fmt.Errorf("probing inject: it changed the pod spec in a way the policy does not reproduce")
 	}
@@ -511,7 +511,7 @@ func (g *generator) statusExpr(st inject.Status) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	st.Grace = &inject.GraceChange{From: ptr(int64(fromMarker)), To: g.raised}
+	st.Grace = &inject.GraceChange{From: new(int64(fromMarker)), To: g.raised}
 	raised, err := template(st)
 	if err != nil {
 		return "", err
@@ -597,5 +597,3 @@ func anys[T any](s []T) []any {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }
