@@ -66,7 +66,7 @@ var ErrNoEnvoy = errors.New("no Envoy container")
 
 // ErrOptedOut is returned by Inject for a pod annotated shutdown-manager.io/inject: "false"; the pod is
 // left unchanged.
-var ErrOptedOut = errors.New("opted out by annotation " + AnnotationInject + `: "false"`)
+var ErrOptedOut = errors.New("opted out by annotation " + AnnotationInject + `: "` + InjectFalse + `"`)
 
 // Status is the value of the status annotation (JSON): what Inject added and what it replaced.
 type Status struct {
@@ -131,7 +131,7 @@ func ParseStatus(meta *metav1.ObjectMeta) (st Status, ok bool, err error) {
 // unless one was requested.
 func Inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) error {
 	m, s := meta.DeepCopy(), spec.DeepCopy()
-	if m.Annotations[AnnotationInject] == "false" {
+	if m.Annotations[AnnotationInject] == InjectFalse {
 		return ErrOptedOut
 	}
 	if Injected(m) {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -146,7 +147,7 @@ func annotatedManifests(root string, injectArgs []string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("inject flag %q is not --name=value", a)
 		}
-		fmt.Fprintf(&b, "        shutdown-manager.io/%s: %q\n", k, v)
+		fmt.Fprintf(&b, "        %s%s: %q\n", inject.Prefix, k, v)
 	}
 	return edit("deploy/plain/envoy.yaml", plain, []replacement{{"  template:\n    metadata:\n", b.String()}})
 }
