@@ -27,9 +27,6 @@ type replacement struct{ old, new string }
 
 // Edits of deploy/ for this cluster: local image names, and the upstream by address instead of by DNS name.
 var (
-	imageEdits = []replacement{
-		{"image: envoyproxy/envoy:v1.40.0", "image: " + EnvoyImage},
-	}
 	upstreamEdits = []replacement{
 		{"image: hashicorp/http-echo:1.0", "image: " + UpstreamImage},
 		{"spec:\n  selector:\n    app: echo\n", "spec:\n  clusterIP: " + UpstreamIP + "\n  selector:\n    app: echo\n"},
@@ -109,6 +106,12 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 	if err != nil {
 		return "", err
 	}
+	pins, err := testbed.Pinned()
+	if err != nil {
+		return "", err
+	}
+	// deploy/'s Envoy is the newest pinned release (internal/testbed's TestPinsNamedElsewhere), as is the e2e image's.
+	imageEdits := []replacement{{"image: envoyproxy/envoy:v" + pins[0].Version, "image: " + EnvoyImage}}
 	dep, err := readEdited(root, "deploy/plain/envoy.yaml", imageEdits)
 	if err != nil {
 		return "", err
