@@ -169,15 +169,8 @@ func run(ctx context.Context, c *config) error {
 	if err != nil {
 		return fmt.Errorf("finding envoy (run ./scripts/install-envoy.sh): %w", err)
 	}
-	// The primary version: .tools/bin/envoy, else the newest.
+	// The primary version: $ENVOY_BIN's, else the newest test/envoy-versions.txt pins (FindBinaries sorts newest first).
 	c.envoyBin = bins[0]
-	if os.Getenv(testbed.EnvVarBinary) == "" {
-		for _, b := range bins {
-			if b.Version == "1.40.0" {
-				c.envoyBin = b
-			}
-		}
-	}
 	if c.manager, err = filepath.Abs(c.manager); err != nil {
 		return err
 	}

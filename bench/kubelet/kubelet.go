@@ -40,7 +40,7 @@ type Hook interface {
 // Container is one container of the pod.
 type Container struct {
 	Name string
-	// Main is the container's process. nil: the caller stops it itself once HookDone is closed (the bench
+	// Main is the container's process. nil: the caller stops it itself once Hook has returned (the bench
 	// does so for Envoy, whose SIGTERM it times).
 	Main Process
 	// PreStop is the container's preStop hook; nil for none.
@@ -118,10 +118,7 @@ func Terminate(ctx context.Context, grace time.Duration, cs []Container) *Termin
 	return t
 }
 
-// HookDone is closed when the named container's hook has returned (at once if it has none).
-func (t *Termination) HookDone(name string) <-chan struct{} { return t.hookDone[name] }
-
-// Hook returns how the named container's hook ended; call it once HookDone(name) is closed.
+// Hook waits until the named container's hook has returned (at once if it has none) and returns how it ended.
 func (t *Termination) Hook(name string) HookResult {
 	<-t.hookDone[name]
 	return t.results[t.index[name]].Hook

@@ -284,7 +284,7 @@ func (e *Engine) start(ctx context.Context, by Caller) *Drain {
 	d := &Drain{done: make(chan struct{}), by: by, cancel: cancel}
 	now := time.Now()
 	d.started = now
-	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: ptr(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
+	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: new(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
 	e.last.Store(d)
 	next := make(chan struct{})
 	close(*e.started.Swap(&next))
@@ -444,8 +444,6 @@ func (d *Drain) Started() time.Time { return d.started }
 
 // By is who started the drain.
 func (d *Drain) By() Caller { return d.by }
-
-func ptr[T any](v T) *T { return &v }
 
 // Released reports whether the drain has released its waiters (Done is closed).
 func (d *Drain) Released() bool { return isDone(d) }

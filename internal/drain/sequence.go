@@ -123,7 +123,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			r.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(parent), since(d.started), openText(st.Open))
 		}
 		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
-		e.publish(ptr(st))
+		e.publish(new(st))
 		level := log.Info
 		if !r.OK() {
 			level = log.Warn
@@ -146,7 +146,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 
 	// 2. Fail health checks, retried: nothing drains until Envoy has been told.
 	st.Phase = PhaseFailHealthChecks
-	e.publish(ptr(st))
+	e.publish(new(st))
 	if err := e.failHealthChecks(ctx, &st); err != nil {
 		var refused *refusedError
 		switch {
@@ -172,7 +172,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	var stall adminStall
 	settled := time.Now().Add(cfg.MinDuration)
 	st.Phase = PhaseMinDuration
-	e.publish(ptr(st))
+	e.publish(new(st))
 	for {
 		polled := time.Now()
 		snap, err := e.admin.Stats(ctx)
@@ -202,7 +202,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		if !now.Before(settled) {
 			st.Phase = PhaseWaiting
 		}
-		e.publish(ptr(st))
+		e.publish(new(st))
 		if st.Phase == PhaseWaiting && err == nil && int64(st.Open) <= cfg.Threshold {
 			return finish(OutcomeDrained, "%s after %s", openText(st.Open), since(d.started))
 		}
@@ -266,7 +266,7 @@ func (a *adminStall) failed(log *slog.Logger, err error, open OpenCount) *time.T
 	if a.lastGood.IsZero() {
 		return nil
 	}
-	return ptr(a.lastGood)
+	return new(a.lastGood)
 }
 
 func (a *adminStall) lastGoodOr(t time.Time) time.Time {
@@ -348,7 +348,7 @@ func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
 			return nil
 		}
 		st.LastError = err.Error()
-		e.publish(ptr(*st))
+		e.publish(new(*st))
 		wait := backoff
 		if errors.Is(err, envoyadmin.ErrUnreachable) {
 			if refusedSince.IsZero() {

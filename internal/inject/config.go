@@ -121,7 +121,7 @@ type Drain struct {
 const (
 	Prefix = "shutdown-manager.io/"
 
-	AnnotationInject             = Prefix + "inject"       // "false" opts the pod out (ErrOptedOut); "true"
+	AnnotationInject             = Prefix + "inject"       // InjectFalse opts the pod out (ErrOptedOut); see optin.go
 	AnnotationMode               = Prefix + "mode"         // hook, sidecar, agent
 	AnnotationBinaryFrom         = Prefix + "binary-from"  // copy, image-volume
 	AnnotationHook               = Prefix + "hook"         // exec, http
@@ -246,8 +246,8 @@ func (s *settings) annotations(a map[string]string) error {
 		bad := func(err error) error { return fmt.Errorf("annotation %s: %q: %w", key, v, err) }
 		switch key {
 		case AnnotationInject:
-			if v != "true" && v != "false" {
-				return bad(fmt.Errorf("want true or false"))
+			if v != InjectTrue && v != InjectFalse {
+				return bad(fmt.Errorf("want %s or %s", InjectTrue, InjectFalse))
 			}
 		case AnnotationStatus:
 		case AnnotationMode:

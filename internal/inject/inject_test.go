@@ -15,7 +15,6 @@ import (
 )
 
 func TestPlanGrace(t *testing.T) {
-	secs := func(n int64) *int64 { return &n }
 	tests := []struct {
 		name        string
 		mode        Mode
@@ -27,16 +26,16 @@ func TestPlanGrace(t *testing.T) {
 		wantChange  bool
 	}{
 		{"hook, no grace: Kubernetes' 30s less 5s", ModeHook, nil, nil, nil, 25 * time.Second, 30, false},
-		{"hook, a long grace is used whole", ModeHook, nil, nil, secs(300), 295 * time.Second, 300, false},
-		{"hook, a short grace is raised to fit the minimum drain", ModeHook, nil, nil, secs(10), 15 * time.Second, 20, true},
-		{"hook, a short grace with a delay", ModeHook, nil, dur("10s"), secs(10), 25 * time.Second, 30, true},
+		{"hook, a long grace is used whole", ModeHook, nil, nil, new(int64(300)), 295 * time.Second, 300, false},
+		{"hook, a short grace is raised to fit the minimum drain", ModeHook, nil, nil, new(int64(10)), 15 * time.Second, 20, true},
+		{"hook, a short grace with a delay", ModeHook, nil, dur("10s"), new(int64(10)), 25 * time.Second, 30, true},
 		{"hook, no grace, a long drain raises it from the default", ModeHook, dur("60s"), nil, nil, 60 * time.Second, 65, true},
-		{"hook, a requested drain that fits keeps the grace", ModeHook, dur("20s"), nil, secs(120), 20 * time.Second, 120, false},
-		{"hook, a fraction of a second rounds the grace up", ModeHook, dur("20.5s"), nil, secs(10), 20500 * time.Millisecond, 26, true},
+		{"hook, a requested drain that fits keeps the grace", ModeHook, dur("20s"), nil, new(int64(120)), 20 * time.Second, 120, false},
+		{"hook, a fraction of a second rounds the grace up", ModeHook, dur("20.5s"), nil, new(int64(10)), 20500 * time.Millisecond, 26, true},
 		{"agent, no grace: run derives 30s less stop timeout less 2s", ModeAgent, nil, nil, nil, 23 * time.Second, 30, false},
-		{"agent, a short grace is raised", ModeAgent, nil, nil, secs(15), 15 * time.Second, 22, true},
-		{"agent, a requested drain raises the grace", ModeAgent, dur("60s"), nil, secs(30), 60 * time.Second, 67, true},
-		{"sidecar uses the hook's margin", ModeSidecar, nil, nil, secs(45), 40 * time.Second, 45, false},
+		{"agent, a short grace is raised", ModeAgent, nil, nil, new(int64(15)), 15 * time.Second, 22, true},
+		{"agent, a requested drain raises the grace", ModeAgent, dur("60s"), nil, new(int64(30)), 60 * time.Second, 67, true},
+		{"sidecar uses the hook's margin", ModeSidecar, nil, nil, new(int64(45)), 40 * time.Second, 45, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -77,9 +76,8 @@ func TestIsEnvoyImage(t *testing.T) {
 
 // TestUninjectKeepsLaterChanges: what the user changed after injection survives uninject.
 func TestUninjectKeepsLaterChanges(t *testing.T) {
-	grace := int64(10)
 	meta := metav1.ObjectMeta{}
-	spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0"}}}
+	spec := corev1.PodSpec{TerminationGracePeriodSeconds: new(int64(10)), Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0"}}}
 	if err := Inject(&meta, &spec, Config{Image: "sm:1"}); err != nil {
 		t.Fatal(err)
 	}

@@ -32,22 +32,12 @@ import (
 // Name is the name of the policy, and the start of its bindings' names.
 const Name = "shutdown-manager-inject"
 
-// Opt-in, exclusions and the label value, as the webhook has them (WAVE2 decisions).
-const (
-	// OptInLabel on a namespace or a pod, with the value OptInValue, opts its pods in.
-	OptInLabel = inject.AnnotationInject
-	OptInValue = "enabled"
-	// OwnPodsLabel: pods labelled so (the chart's) are never mutated.
-	OwnPodsLabel = "app.kubernetes.io/name"
-	OwnPodsValue = "shutdown-manager"
-)
-
 // Refusals are the pods the policy leaves unchanged although they opted in, because CEL cannot give the
 // pod inject would give (or inject itself refuses them), by matchCondition name. The README lists them.
 var Refusals = []struct{ Name, Why string }{
 	{"not-injected", "the pod carries the status annotation already: it was injected (reinvocation, or a manifest injected by `inject`); the policy never injects twice"},
-	{"not-opted-out", "annotation shutdown-manager.io/inject: \"false\""},
-	{"no-pod-settings", "a shutdown-manager.io/ annotation other than inject: \"true\" (per-pod settings): the policy's settings are fixed when it is written, and parsing durations or regular expressions per pod is beyond CEL; use `inject` or the webhook"},
+	{"not-opted-out", "annotation " + inject.AnnotationInject + `: "` + inject.InjectFalse + `"`},
+	{"no-pod-settings", "a " + inject.Prefix + " annotation other than inject: \"" + inject.InjectTrue + "\" (per-pod settings): the policy's settings are fixed when it is written, and parsing durations or regular expressions per pod is beyond CEL; use `inject` or the webhook"},
 	{"envoy-found", "no container is Envoy's: none has the name --envoy-container gives or, without it, none is named envoy and not exactly one runs Envoy's image (inject refuses such a pod too)"},
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
@@ -90,7 +80,7 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admis
 	}
 	policy := &admissionv1.MutatingAdmissionPolicy{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{OwnPodsLabel: OwnPodsValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: map[string]string{inject.LabelName: inject.OwnName}},
 		Spec: admissionv1.MutatingAdmissionPolicySpec{
 			MatchConstraints: &admissionv1.MatchResources{
 				ResourceRules: []admissionv1.NamedRuleWithOperations{{RuleWithOperations: admissionv1.RuleWithOperations{
@@ -101,7 +91,7 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admis
 					{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem}},
 				}},
 				ObjectSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
-					{Key: OwnPodsLabel, Operator: metav1.LabelSelectorOpNotIn, Values: []string{OwnPodsValue}},
+					{Key: inject.LabelName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{inject.OwnName}},
 				}},
 			},
 			MatchConditions: g.matchConditions(),
@@ -109,13 +99,13 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admis
 			Mutations:       []admissionv1.Mutation{{PatchType: admissionv1.PatchTypeJSONPatch, JSONPatch: &admissionv1.JSONPatch{Expression: mutation}}},
 			// Ignore, as the webhook recommends: a policy that cannot be evaluated must not stop pods from
 			// being created (they are then created without the manager).
-			FailurePolicy: ptr(admissionv1.Ignore),
+			FailurePolicy: new(admissionv1.Ignore),
 			// Never: after our mutation the pod carries the status annotation, which matchConditions skip,
 			// so a reinvocation could not change anything.
 			ReinvocationPolicy: admissionv1.NeverReinvocationPolicy,
 		},
 	}
-	optIn := &metav1.LabelSelector{MatchLabels: map[string]string{OptInLabel: OptInValue}}
+	optIn := &metav1.LabelSelector{MatchLabels: map[string]string{inject.LabelInject: inject.InjectEnabled}}
 	bindings := []*admissionv1.MutatingAdmissionPolicyBinding{
 		binding(Name+"-namespaces", &admissionv1.MatchResources{NamespaceSelector: optIn}),
 		binding(Name+"-pods", &admissionv1.MatchResources{ObjectSelector: optIn}),
@@ -126,7 +116,7 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admis
 func binding(name string, match *admissionv1.MatchResources) *admissionv1.MutatingAdmissionPolicyBinding {
 	return &admissionv1.MutatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "MutatingAdmissionPolicyBinding"},
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{OwnPodsLabel: OwnPodsValue}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{inject.LabelName: inject.OwnName}},
 		Spec:       admissionv1.MutatingAdmissionPolicyBindingSpec{PolicyName: Name, MatchResources: match},
 	}
 }
@@ -241,7 +231,7 @@ func (g *generator) checkProbe(before corev1.Container, meta metav1.ObjectMeta, 
 	}
 	rest := spec.DeepCopy()
 	rest.Volumes, rest.InitContainers, rest.Containers = nil, nil, rest.Containers[:1]
-	want := corev1.PodSpec{Containers: rest.Containers, TerminationGracePeriodSeconds: ptr(int64(probeGrace))}
+	want := corev1.PodSpec{Containers: rest.Containers, TerminationGracePeriodSeconds: new(int64(probeGrace))}
 	if !equality.Semantic.DeepEqual(*rest, want) {
 		return fmt.Errorf("probing inject: it changed the pod spec in a way the policy does not reproduce")
 	}
@@ -297,9 +287,9 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 	names = append(names, g.status.Containers...)
 	conds := []admissionv1.MatchCondition{
 		{Name: "not-injected", Expression: fmt.Sprintf(`!%s || !(%s in %s)`, hasAnn, celString(inject.AnnotationStatus), ann)},
-		{Name: "not-opted-out", Expression: fmt.Sprintf(`!%[1]s || !(%[2]s in %[3]s) || %[3]s[%[2]s] != "false"`, hasAnn, celString(inject.AnnotationInject), ann)},
-		{Name: "no-pod-settings", Expression: fmt.Sprintf(`!%[1]s || %[2]s.all(k, !k.startsWith(%[3]s) || k == %[4]s && %[2]s[k] == "true" || k == %[5]s)`,
-			hasAnn, ann, celString(inject.Prefix), celString(inject.AnnotationInject), celString(inject.AnnotationStatus))},
+		{Name: "not-opted-out", Expression: fmt.Sprintf(`!%[1]s || !(%[2]s in %[3]s) || %[3]s[%[2]s] != %[4]s`, hasAnn, celString(inject.AnnotationInject), ann, celString(inject.InjectFalse))},
+		{Name: "no-pod-settings", Expression: fmt.Sprintf(`!%[1]s || %[2]s.all(k, !k.startsWith(%[3]s) || k == %[4]s && %[2]s[k] == %[6]s || k == %[5]s)`,
+			hasAnn, ann, celString(inject.Prefix), celString(inject.AnnotationInject), celString(inject.AnnotationStatus), celString(inject.InjectTrue))},
 		{Name: "envoy-found", Expression: g.envoyFound()},
 		{Name: "envoy-without-prestop", Expression: fmt.Sprintf(
 			`object.spec.containers.all(c, %s || !has(c.lifecycle) || !has(c.lifecycle.preStop))`, notEnvoy("c"))},
@@ -511,7 +501,7 @@ func (g *generator) statusExpr(st inject.Status) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	st.Grace = &inject.GraceChange{From: ptr(int64(fromMarker)), To: g.raised}
+	st.Grace = &inject.GraceChange{From: new(int64(fromMarker)), To: g.raised}
 	raised, err := template(st)
 	if err != nil {
 		return "", err
@@ -597,5 +587,3 @@ func anys[T any](s []T) []any {
 	}
 	return out
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -107,12 +107,11 @@ func (h *Handler) Mux() http.Handler {
 }
 
 // requestError is an answer the handler gives instead of a review response: an HTTP status and a message.
+// It is written by writeError and never travels as an error value, so it has no Error method.
 type requestError struct {
 	code int
 	msg  string
 }
-
-func (e *requestError) Error() string { return e.msg }
 
 func badRequest(format string, args ...any) *requestError {
 	return &requestError{http.StatusBadRequest, fmt.Sprintf(format, args...)}

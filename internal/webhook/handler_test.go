@@ -223,7 +223,7 @@ func TestServeHTTPAnswers(t *testing.T) {
 		t.Fatal(err)
 	}
 	explicit := appPod()
-	explicit.Labels[LabelInject] = LabelInjectEnabled
+	explicit.Labels[inject.LabelInject] = inject.InjectEnabled
 	explicit.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-5d9", UID: "rs-uid", Controller: new(true)}}
 	// So many containers that the reason naming them is over the API server's limit on an Event's note.
 	crowded := explicit.DeepCopy()
@@ -232,7 +232,7 @@ func TestServeHTTPAnswers(t *testing.T) {
 		crowded.Spec.Containers = append(crowded.Spec.Containers, corev1.Container{Name: fmt.Sprintf("worker-with-a-long-name-%03d", i), Image: "busybox"})
 	}
 	optedOut := envoyPod()
-	optedOut.Labels[LabelInject] = "false"
+	optedOut.Labels[inject.LabelInject] = inject.InjectFalse
 	deleteReview := func(r *admissionv1.AdmissionReview) {
 		r.Request.Operation = admissionv1.Delete
 		r.Request.OldObject, r.Request.Object = r.Request.Object, runtime.RawExtension{}

@@ -6,24 +6,9 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
-)
-
-// Labels and names the webhook's configuration selects on (see the README's Webhook section). The selectors of
-// the MutatingWebhookConfiguration decide who is opted in; Decide repeats the two exclusions as a second line of
-// defence, because a selector edited by hand must not make the webhook mutate the cluster's system pods or
-// its own replicas (which it could then never start again when they all crash).
-const (
-	// LabelInject with value LabelInjectEnabled on a namespace or on a pod opts the pod in; on a pod, the
-	// value "false" or "disabled" opts it out, like the annotation (Istio's sidecar.istio.io/inject convention).
-	LabelInject        = inject.Prefix + "inject"
-	LabelInjectEnabled = "enabled"
-	// LabelName with value OwnName marks the shutdown manager's own pods (the chart sets it): never injected.
-	LabelName = "app.kubernetes.io/name"
-	OwnName   = "shutdown-manager"
-	// SystemNamespace is never injected.
-	SystemNamespace = "kube-system"
 )
 
 // Outcome is what became of one admission request; it labels the requests metric.
@@ -67,9 +52,14 @@ type Decision struct {
 // Decide is the webhook's policy: a pure function of the request and the injection settings, safe for
 // concurrent use. It injects the pod with inject.Inject unless the pod is not ours to touch:
 //   - an operation other than CREATE (the configuration registers CREATE only);
-//   - a pod in kube-system, or one of the shutdown manager's own pods (see the constants above);
+//   - a pod in kube-system, or one of the shutdown manager's own pods (label inject.LabelName=inject.OwnName);
 //   - a pod opted out with the annotation shutdown-manager.io/inject: "false", or the label
 //     shutdown-manager.io/inject=false (or disabled).
+//
+// The selectors of the MutatingWebhookConfiguration (the chart's; names in internal/inject's optin.go) decide who
+// is opted in; Decide repeats the two exclusions as a second line of defence, because a selector edited by hand
+// must not make the webhook mutate the cluster's system pods or its own replicas (which it could then never
+// start again when they all crash).
 //
 // A pod that cannot be injected is admitted unchanged (never blocked): with a warning when the pod itself asked
 // for injection (the pod label, or the inject annotation "true") or carries a bad shutdown-manager.io/
@@ -80,12 +70,12 @@ func Decide(r Review, cfg inject.Config) Decision {
 	switch {
 	case r.Operation != admissionv1.Create:
 		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("operation %s: only CREATE is mutated", r.Operation)}
-	case r.Namespace == SystemNamespace:
-		return Decision{Outcome: OutcomeSkipped, Reason: "namespace " + SystemNamespace + " is never injected"}
-	case pod.Labels[LabelName] == OwnName:
-		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("the shutdown manager's own pod (label %s=%s)", LabelName, OwnName)}
-	case pod.Labels[LabelInject] == "false" || pod.Labels[LabelInject] == "disabled":
-		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("opted out by label %s=%s", LabelInject, pod.Labels[LabelInject])}
+	case r.Namespace == metav1.NamespaceSystem:
+		return Decision{Outcome: OutcomeSkipped, Reason: "namespace " + metav1.NamespaceSystem + " is never injected"}
+	case pod.Labels[inject.LabelName] == inject.OwnName:
+		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("the shutdown manager's own pod (label %s=%s)", inject.LabelName, inject.OwnName)}
+	case pod.Labels[inject.LabelInject] == inject.InjectFalse || pod.Labels[inject.LabelInject] == inject.InjectDisabled:
+		return Decision{Outcome: OutcomeSkipped, Reason: fmt.Sprintf("opted out by label %s=%s", inject.LabelInject, pod.Labels[inject.LabelInject])}
 	}
 	out := pod.DeepCopy()
 	err := inject.Inject(&out.ObjectMeta, &out.Spec, cfg)
@@ -103,5 +93,5 @@ func Decide(r Review, cfg inject.Config) Decision {
 
 // askedFor reports whether the pod itself asked for the manager, rather than only its namespace.
 func askedFor(pod *corev1.Pod) bool {
-	return pod.Labels[LabelInject] == LabelInjectEnabled || pod.Annotations[inject.AnnotationInject] == "true"
+	return pod.Labels[inject.LabelInject] == inject.InjectEnabled || pod.Annotations[inject.AnnotationInject] == inject.InjectTrue
 }

@@ -7,6 +7,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
@@ -23,19 +24,19 @@ func TestDecide(t *testing.T) {
 	}{
 		{"envoy pod", "apps", admissionv1.Create, envoyPod(), OutcomeInjected, ""},
 		{"update", "apps", admissionv1.Update, envoyPod(), OutcomeSkipped, "operation UPDATE"},
-		{"kube-system", "kube-system", admissionv1.Create, envoyPod(), OutcomeSkipped, "kube-system"},
-		{"own pod", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[LabelName] = OwnName }), OutcomeSkipped, "own pod"},
+		{"kube-system", metav1.NamespaceSystem, admissionv1.Create, envoyPod(), OutcomeSkipped, "kube-system"},
+		{"own pod", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[inject.LabelName] = inject.OwnName }), OutcomeSkipped, "own pod"},
 		{"opted out", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) {
-			p.Annotations = map[string]string{inject.AnnotationInject: "false"}
+			p.Annotations = map[string]string{inject.AnnotationInject: inject.InjectFalse}
 		}), OutcomeSkipped, "opted out"},
-		{"opted out by label false", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = "false" }),
+		{"opted out by label false", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[inject.LabelInject] = inject.InjectFalse }),
 			OutcomeSkipped, "opted out by label shutdown-manager.io/inject=false"},
-		{"opted out by label disabled", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = "disabled" }),
+		{"opted out by label disabled", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) { p.Labels[inject.LabelInject] = inject.InjectDisabled }),
 			OutcomeSkipped, "opted out by label shutdown-manager.io/inject=disabled"},
 		{"no Envoy, namespace opt-in", "apps", admissionv1.Create, appPod(), OutcomeSkipped, "no Envoy container"},
-		{"no Envoy, pod label", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) { p.Labels[LabelInject] = LabelInjectEnabled }), OutcomeWarning, "no Envoy container"},
+		{"no Envoy, pod label", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) { p.Labels[inject.LabelInject] = inject.InjectEnabled }), OutcomeWarning, "no Envoy container"},
 		{"no Envoy, pod annotation", "apps", admissionv1.Create, with(appPod(), func(p *corev1.Pod) {
-			p.Annotations = map[string]string{inject.AnnotationInject: "true"}
+			p.Annotations = map[string]string{inject.AnnotationInject: inject.InjectTrue}
 		}), OutcomeWarning, "no Envoy container"},
 		{"bad annotation", "apps", admissionv1.Create, with(envoyPod(), func(p *corev1.Pod) {
 			p.Annotations = map[string]string{inject.AnnotationMode: "sidecarr"}

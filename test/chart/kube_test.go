@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 )
 
@@ -127,7 +128,7 @@ func TestInstall(t *testing.T) {
 
 	// failurePolicy Ignore with no webhook pod running (no kubelet here): a pod in an opted-in namespace is still
 	// created, without injection.
-	api.Kubectl(t, "label", "namespace", "edge", "shutdown-manager.io/inject=enabled")
+	api.Kubectl(t, "label", "namespace", "edge", inject.LabelInject+"="+inject.InjectEnabled)
 	api.Kubectl(t, "create", "serviceaccount", "default", "--namespace", "edge")
 	api.Kubectl(t, "run", "envoy", "--namespace", "edge", "--image=envoyproxy/envoy:v1.36.2", "--restart=Never")
 	if got := api.Kubectl(t, "get", "pod", "envoy", "--namespace", "edge", "-o", "jsonpath={.spec.containers[*].name}"); got != "envoy" {

@@ -15,6 +15,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
 // object is one document of helm's output: its kind and name, and the document itself.
@@ -117,7 +119,10 @@ func TestGeneratedCertificate(t *testing.T) {
 }
 
 // TestWebhookObjects checks the rendered default webhook against what the project decided (WAVE 2 names, the
-// issue's settings): the things a reviewer of the golden file would otherwise have to remember.
+// issue's settings): the things a reviewer of the golden file would otherwise have to remember. The names the
+// selectors use (values.yaml's default label, the exclusions written in the template) must be the ones the Go
+// code declares once, in internal/inject, and that the webhook's own second line of defence (webhook.Decide)
+// and the MutatingAdmissionPolicy use.
 func TestWebhookObjects(t *testing.T) {
 	h := newHelm(t)
 	objs := objects(t, h.must(t, valueSets[0].templateArgs()...))
@@ -127,11 +132,12 @@ func TestWebhookObjects(t *testing.T) {
 	if len(mwc.Webhooks) != 2 {
 		t.Fatalf("%d webhook entries, want 2 (namespace opt-in, pod opt-in)", len(mwc.Webhooks))
 	}
-	kubeSystem := "kubernetes.io/metadata.name NotIn [kube-system]"
-	notOurs := "app.kubernetes.io/name NotIn [shutdown-manager]"
+	kubeSystem := corev1.LabelMetadataName + " NotIn [" + metav1.NamespaceSystem + "]"
+	notOurs := inject.LabelName + " NotIn [" + inject.OwnName + "]"
+	optedIn := inject.LabelInject + "=" + inject.InjectEnabled
 	for i, want := range []struct{ namespaceSelector, objectSelector []string }{
-		{[]string{"shutdown-manager.io/inject=enabled", kubeSystem}, []string{notOurs}},
-		{[]string{kubeSystem}, []string{"shutdown-manager.io/inject=enabled", notOurs}},
+		{[]string{optedIn, kubeSystem}, []string{notOurs}},
+		{[]string{kubeSystem}, []string{optedIn, notOurs}},
 	} {
 		w := mwc.Webhooks[i]
 		if got := selectorTerms(w.NamespaceSelector); !slices.Equal(got, want.namespaceSelector) {
@@ -166,8 +172,8 @@ func TestWebhookObjects(t *testing.T) {
 	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
 		t.Errorf("replicas = %v, want 2", d.Spec.Replicas)
 	}
-	if got := d.Spec.Template.Labels["app.kubernetes.io/name"]; got != "shutdown-manager" {
-		t.Errorf("pod label app.kubernetes.io/name = %q, want shutdown-manager (the objectSelector excludes it)", got)
+	if got := d.Spec.Template.Labels[inject.LabelName]; got != inject.OwnName {
+		t.Errorf("pod label %s = %q, want %s (the objectSelector excludes it)", inject.LabelName, got, inject.OwnName)
 	}
 	c := d.Spec.Template.Spec.Containers[0]
 	wantArgs := []string{"webhook", "--listen=:8443", "--tls-cert-file=/tls/tls.crt", "--tls-key-file=/tls/tls.key",

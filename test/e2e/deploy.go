@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -26,9 +27,6 @@ type replacement struct{ old, new string }
 
 // Edits of deploy/ for this cluster: local image names, and the upstream by address instead of by DNS name.
 var (
-	imageEdits = []replacement{
-		{"image: envoyproxy/envoy:v1.40.0", "image: " + EnvoyImage},
-	}
 	upstreamEdits = []replacement{
 		{"image: hashicorp/http-echo:1.0", "image: " + UpstreamImage},
 		{"spec:\n  selector:\n    app: echo\n", "spec:\n  clusterIP: " + UpstreamIP + "\n  selector:\n    app: echo\n"},
@@ -108,6 +106,12 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 	if err != nil {
 		return "", err
 	}
+	pins, err := testbed.Pinned()
+	if err != nil {
+		return "", err
+	}
+	// deploy/'s Envoy is the newest pinned release (internal/testbed's TestPinsNamedElsewhere), as is the e2e image's.
+	imageEdits := []replacement{{"image: envoyproxy/envoy:v" + pins[0].Version, "image: " + EnvoyImage}}
 	dep, err := readEdited(root, "deploy/plain/envoy.yaml", imageEdits)
 	if err != nil {
 		return "", err
@@ -146,7 +150,7 @@ func annotatedManifests(root string, injectArgs []string) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("inject flag %q is not --name=value", a)
 		}
-		fmt.Fprintf(&b, "        shutdown-manager.io/%s: %q\n", k, v)
+		fmt.Fprintf(&b, "        %s%s: %q\n", inject.Prefix, k, v)
 	}
 	return edit("deploy/plain/envoy.yaml", plain, []replacement{{"  template:\n    metadata:\n", b.String()}})
 }

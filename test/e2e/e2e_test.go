@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -318,7 +319,7 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	}
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
 	if injectVia == "webhook" && (s.inject != nil || s.action == "webhook-down") {
-		mustKubectl(ctx, t, c, "label", "namespace", ns, "shutdown-manager.io/inject=enabled")
+		mustKubectl(ctx, t, c, "label", "namespace", ns, inject.LabelInject+"="+inject.InjectEnabled)
 	}
 	if s.action == "webhook-down" {
 		return runWebhookDown(ctx, t, c, ns, text, r)
@@ -609,7 +610,7 @@ func waitWebhookInjects(ctx context.Context, t *testing.T, c *Cluster) {
 	const ns = "e2e-webhook-probe" // applied, not created: called again after the webhook-down scenario
 	nsCmd := c.API.Command(ctx, "apply", "-f", "-")
 	nsCmd.Stdin = strings.NewReader(`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"` + ns +
-		`","labels":{"shutdown-manager.io/inject":"enabled"}}}`)
+		`","labels":{"` + inject.LabelInject + `":"` + inject.InjectEnabled + `"}}}`)
 	if out, err := nsCmd.CombinedOutput(); err != nil {
 		t.Fatalf("creating the probe namespace: %v\n%s", err, out)
 	}
@@ -618,7 +619,7 @@ func waitWebhookInjects(ctx context.Context, t *testing.T, c *Cluster) {
 	deadline := time.Now().Add(3 * time.Minute)
 	var last string
 	for {
-		cmd := c.API.Command(ctx, "create", "--dry-run=server", "-f", "-", "-o", `jsonpath={.metadata.annotations.shutdown-manager\.io/status}`)
+		cmd := c.API.Command(ctx, "create", "--dry-run=server", "-f", "-", "-o", "jsonpath={.metadata.annotations."+strings.ReplaceAll(inject.AnnotationStatus, ".", `\.`)+"}")
 		cmd.Stdin = strings.NewReader(probe)
 		out, err := cmd.CombinedOutput()
 		if err == nil && len(strings.TrimSpace(string(out))) > 0 {
@@ -638,7 +639,8 @@ func waitWebhookInjects(ctx context.Context, t *testing.T, c *Cluster) {
 func injectedPods(ctx context.Context, t *testing.T, c *Cluster, ns string) bool {
 	t.Helper()
 	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "-o",
-		`go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}={{if and .metadata.annotations (index .metadata.annotations "shutdown-manager.io/status")}}yes{{else}}no{{end}}{{"\n"}}{{end}}{{end}}`)
+		`go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}={{if and .metadata.annotations (index .metadata.annotations "`+
+			inject.AnnotationStatus+`")}}yes{{else}}no{{end}}{{"\n"}}{{end}}{{end}}`)
 	yes, no := strings.Count(out, "=yes"), strings.Count(out, "=no")
 	if yes > 0 && no > 0 {
 		t.Fatalf("some Envoy pods injected, some not:\n%s", out)

@@ -38,7 +38,7 @@ const testImage = "shutdown-manager:webhook-test"
 
 // MissingStatusTemplate lists, one per line, the pods kubectl prints that lack the status annotation: after a
 // webhook outage with failurePolicy Ignore, the opted-in pods created without the manager. The README gives it.
-const missingStatusTemplate = `{{range .items}}{{if not (and .metadata.annotations (index .metadata.annotations "shutdown-manager.io/status"))}}` +
+const missingStatusTemplate = `{{range .items}}{{if not (and .metadata.annotations (index .metadata.annotations "` + inject.AnnotationStatus + `"))}}` +
 	`{{.metadata.namespace}}/{{.metadata.name}}{{"\n"}}{{end}}{{end}}`
 
 // TestWebhook runs `shutdown-manager webhook` (the real command, in this process) behind a real kube-apiserver
@@ -58,8 +58,8 @@ func TestWebhook(t *testing.T) {
 	for _, ns := range []string{"opted", "plain"} {
 		apply(t, api, namespaceList(ns))
 	}
-	api.Kubectl(t, "label", "namespace", "opted", webhook.LabelInject+"="+webhook.LabelInjectEnabled)
-	apply(t, api, namespaceList("kube-system")) // its default service account: no controller-manager creates it
+	api.Kubectl(t, "label", "namespace", "opted", inject.LabelInject+"="+inject.InjectEnabled)
+	apply(t, api, namespaceList(metav1.NamespaceSystem)) // its default service account: no controller-manager creates it
 
 	template := plainTemplate(t)
 	envoy := func(name string, edit func(*corev1.Pod)) *corev1.Pod {
@@ -81,7 +81,7 @@ func TestWebhook(t *testing.T) {
 		t.Helper()
 		p := pod.DeepCopy()
 		p.Namespace, p.Name, p.GenerateName = "plain", "", "expected-"
-		delete(p.Labels, webhook.LabelInject)
+		delete(p.Labels, inject.LabelInject)
 		admitted := decodePod(t, create(t, api, p, "--dry-run=server").stdout)
 		if err := inject.Inject(&admitted.ObjectMeta, &admitted.Spec, inject.Config{Image: testImage, Version: cli.Version}); err != nil {
 			t.Fatal(err)
@@ -116,7 +116,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("pod label opts in anywhere but kube-system", func(t *testing.T) {
 		pod := envoy("labelled", func(p *corev1.Pod) {
 			p.Namespace = "plain"
-			p.Labels[webhook.LabelInject] = webhook.LabelInjectEnabled
+			p.Labels[inject.LabelInject] = inject.InjectEnabled
 		})
 		got := decodePod(t, create(t, api, pod).stdout)
 		assertSamePod(t, got, expected(t, pod))
@@ -138,16 +138,16 @@ func TestWebhook(t *testing.T) {
 	}{
 		{"namespace not opted in", envoy("elsewhere", func(p *corev1.Pod) { p.Namespace = "plain" })},
 		{"kube-system, even with the pod label", envoy("system", func(p *corev1.Pod) {
-			p.Namespace = "kube-system"
-			p.Labels[webhook.LabelInject] = webhook.LabelInjectEnabled
+			p.Namespace = metav1.NamespaceSystem
+			p.Labels[inject.LabelInject] = inject.InjectEnabled
 		})},
 		{"the shutdown manager's own pod", envoy("own", func(p *corev1.Pod) {
 			p.Namespace = "opted"
-			p.Labels[webhook.LabelName] = webhook.OwnName
+			p.Labels[inject.LabelName] = inject.OwnName
 		})},
 		{"opted out by annotation", envoy("opted-out", func(p *corev1.Pod) {
 			p.Namespace = "opted"
-			p.Annotations = map[string]string{inject.AnnotationInject: "false"}
+			p.Annotations = map[string]string{inject.AnnotationInject: inject.InjectFalse}
 		})},
 		{"no Envoy, opted in by the namespace only", envoy("app", func(p *corev1.Pod) {
 			p.Namespace = "opted"
@@ -170,7 +170,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("opted in but not injectable: admitted unchanged with a warning and an Event", func(t *testing.T) {
 		pod := envoy("no-envoy", func(p *corev1.Pod) {
 			p.Namespace = "plain"
-			p.Labels[webhook.LabelInject] = webhook.LabelInjectEnabled
+			p.Labels[inject.LabelInject] = inject.InjectEnabled
 			p.Spec.Containers[0].Name, p.Spec.Containers[0].Image = "app", "nginx:1.29"
 			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web-7f8",
 				UID: "6b1c3f1e-0000-4000-8000-000000000002", Controller: new(true)}}
@@ -279,7 +279,7 @@ func TestWebhook(t *testing.T) {
 	t.Run("webhook down, failurePolicy Ignore: pods created uninjected, and visible", func(t *testing.T) {
 		wh.stop(t)
 		apply(t, api, namespaceList("outage"))
-		api.Kubectl(t, "label", "namespace", "outage", webhook.LabelInject+"="+webhook.LabelInjectEnabled)
+		api.Kubectl(t, "label", "namespace", "outage", inject.LabelInject+"="+inject.InjectEnabled)
 		pod := envoy("during-outage", func(p *corev1.Pod) { p.Namespace = "outage" })
 		got := decodePod(t, create(t, api, pod).stdout)
 		if inject.Injected(&got.ObjectMeta) {
@@ -510,9 +510,9 @@ type hookConfig struct {
 // object: two webhooks, one selecting opted-in namespaces, one opted-in pods; both exclude kube-system and the
 // shutdown manager's own pods.
 func (h hookConfig) object() any {
-	notSystem := metav1.LabelSelectorRequirement{Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{webhook.SystemNamespace}}
-	notOwn := metav1.LabelSelectorRequirement{Key: webhook.LabelName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{webhook.OwnName}}
-	optedIn := metav1.LabelSelectorRequirement{Key: webhook.LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{webhook.LabelInjectEnabled}}
+	notSystem := metav1.LabelSelectorRequirement{Key: corev1.LabelMetadataName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{metav1.NamespaceSystem}}
+	notOwn := metav1.LabelSelectorRequirement{Key: inject.LabelName, Operator: metav1.LabelSelectorOpNotIn, Values: []string{inject.OwnName}}
+	optedIn := metav1.LabelSelectorRequirement{Key: inject.LabelInject, Operator: metav1.LabelSelectorOpIn, Values: []string{inject.InjectEnabled}}
 	entry := func(name string, ns, obj []metav1.LabelSelectorRequirement) admissionregistrationv1.MutatingWebhook {
 		return admissionregistrationv1.MutatingWebhook{
 			Name:         name,

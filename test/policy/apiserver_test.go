@@ -251,7 +251,7 @@ func createNamespace(t *testing.T, api *kubetest.APIServer, name string, optIn b
 	t.Helper()
 	ns := map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}}
 	if optIn {
-		ns["metadata"].(map[string]any)["labels"] = map[string]string{policy.OptInLabel: policy.OptInValue}
+		ns["metadata"].(map[string]any)["labels"] = map[string]string{inject.LabelInject: inject.InjectEnabled}
 	}
 	sa := map[string]any{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default", "namespace": name}}
 	apply(t, api, []any{ns, sa})
@@ -442,7 +442,7 @@ func TestSelection(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}},
 		}
 	}
-	optIn := map[string]string{policy.OptInLabel: policy.OptInValue}
+	optIn := map[string]string{inject.LabelInject: inject.InjectEnabled}
 	for _, tc := range []struct {
 		ns   string
 		pod  corev1.Pod
@@ -450,11 +450,11 @@ func TestSelection(t *testing.T) {
 	}{
 		{"opted", pod("in-namespace", nil, nil), true},
 		{"opted", pod("both", optIn, nil), true},
-		{"opted", pod("opted-out", nil, map[string]string{inject.AnnotationInject: "false"}), false},
-		{"opted", pod("ours", map[string]string{policy.OwnPodsLabel: policy.OwnPodsValue, policy.OptInLabel: policy.OptInValue}, nil), false},
+		{"opted", pod("opted-out", nil, map[string]string{inject.AnnotationInject: inject.InjectFalse}), false},
+		{"opted", pod("ours", map[string]string{inject.LabelName: inject.OwnName, inject.LabelInject: inject.InjectEnabled}, nil), false},
 		{"plain", pod("not-opted-in", nil, nil), false},
 		{"plain", pod("pod-label", optIn, nil), true},
-		{"plain", pod("pod-label-opted-out", optIn, map[string]string{inject.AnnotationInject: "false"}), false},
+		{"plain", pod("pod-label-opted-out", optIn, map[string]string{inject.AnnotationInject: inject.InjectFalse}), false},
 		{metav1.NamespaceSystem, pod("system", optIn, nil), false},
 	} {
 		got := create(t, api, tc.ns, []corev1.Pod{tc.pod})[0]

@@ -1,0 +1,4 @@
+package inject
+
+// KnownAnnotations is knownAnnotations, for the external tests.
+var KnownAnnotations = knownAnnotations
