@@ -31,6 +31,7 @@ type injectFlags struct {
 	port            int
 	metricsPort     int
 	replaceHooks    bool
+	takeover        bool
 	delay           time.Duration
 	minDuration     time.Duration
 	timeout         time.Duration
@@ -52,6 +53,7 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.port, "port", inject.DefaultPort, "sidecar mode with --hook http: the API's port")
 	fs.IntVar(&f.metricsPort, "metrics-port", inject.DefaultMetricsPort, "sidecar mode with --hook http: the metrics port")
 	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
+	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
 	fs.DurationVar(&f.delay, "drain-delay", inject.DefaultDrainDelay, "passed to the drain (see drain -h); sizes the grace period")
 	fs.DurationVar(&f.minDuration, "min-drain-duration", inject.DefaultMinDrainDuration, "passed to the drain (see drain -h); sizes the grace period")
 	fs.DurationVar(&f.timeout, "drain-timeout", 0, "the drain timeout; the grace period is raised to fit it (default: derived from terminationGracePeriodSeconds)")
@@ -79,6 +81,7 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		Port:            int32(f.port),
 		MetricsPort:     int32(f.metricsPort),
 		ReplaceHooks:    f.replaceHooks,
+		Takeover:        f.takeover,
 		Drain: inject.Drain{
 			Count:           f.count,
 			ListenerExclude: f.listenerExclude,

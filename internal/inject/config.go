@@ -103,6 +103,9 @@ type Config struct {
 	Port           int32    // HookHTTP: the sidecar's API port; 0 = DefaultPort
 	MetricsPort    int32    // HookHTTP: the sidecar's metrics port; 0 = DefaultMetricsPort
 	ReplaceHooks   bool     // replace a preStop hook Envoy's container already has (uninject restores it)
+	// Takeover: replace another project's shutdown manager (Contour's, Envoy Gateway's, MARIN3R's) with ours;
+	// without it such a pod is refused (ErrPeerManager). See takeover.go.
+	Takeover bool
 
 	Drain Drain
 }
@@ -135,6 +138,7 @@ const (
 	AnnotationMinOpenConnections = Prefix + "min-open-connections"
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
+	AnnotationTakeover           = Prefix + "takeover"         // "true": take over a peer's shutdown manager (Config.Takeover)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"
@@ -152,6 +156,7 @@ type settings struct {
 	Config
 	minDuration time.Duration // effective, for the grace period
 	delay       time.Duration
+	takeover    *Takeover // what takeOver removed, for the status annotation
 }
 
 // resolve applies the pod's annotations over cfg and validates the result. Errors name the annotation
@@ -250,6 +255,11 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(fmt.Errorf("want %s or %s", InjectTrue, InjectFalse))
 			}
 		case AnnotationStatus:
+		case AnnotationTakeover:
+			if v != "true" && v != "false" {
+				return bad(fmt.Errorf("want true or false"))
+			}
+			s.Takeover = v == "true"
 		case AnnotationMode:
 			if err := oneOf(v, ModeHook, ModeSidecar, ModeAgent); err != nil {
 				return bad(err)
@@ -338,7 +348,7 @@ var knownAnnotations = []string{
 	AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
 	AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationAdminAddress, AnnotationDrainDelay,
 	AnnotationMinDrainDuration, AnnotationDrainTimeout, AnnotationMinOpenConnections, AnnotationCount,
-	AnnotationListenerExclude, AnnotationStatus,
+	AnnotationListenerExclude, AnnotationTakeover, AnnotationStatus,
 }
 
 func oneOf[T ~string](v string, allowed ...T) error {

@@ -91,6 +91,8 @@ type Status struct {
 	// CommandUnset: agent mode wrapped DefaultEnvoyCommand (or the configured one) because the container set
 	// no command; uninject removes the command again.
 	CommandUnset bool `json:"commandWasUnset,omitempty"`
+	// Takeover: the peer's manager Inject removed (Config.Takeover), which Uninject puts back.
+	Takeover *Takeover `json:"takeover,omitempty"`
 }
 
 // GraceChange records a raised grace period: From (nil: the pod set none) to To.
@@ -143,6 +145,9 @@ func Inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	if err := takeOver(s, &set); err != nil {
+		return err
+	}
 	if err := inject(m, s, set); err != nil {
 		return err
 	}
@@ -157,7 +162,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 	}
 	c := &spec.Containers[envoy]
 	st := Status{
-		Version: set.Version, Image: set.Image, Mode: set.Mode, EnvoyContainer: c.Name,
+		Version: set.Version, Image: set.Image, Mode: set.Mode, EnvoyContainer: c.Name, Takeover: set.takeover,
 	}
 	if c.Lifecycle != nil && c.Lifecycle.PreStop != nil {
 		if !set.ReplaceHooks {
@@ -576,6 +581,11 @@ func Uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 	}
 	if g := st.Grace; g != nil && s.TerminationGracePeriodSeconds != nil && *s.TerminationGracePeriodSeconds == g.To {
 		s.TerminationGracePeriodSeconds = g.From
+	}
+	if st.Takeover != nil {
+		if err := restoreTakeover(s, st.EnvoyContainer, st.Takeover); err != nil {
+			return err
+		}
 	}
 	m.Annotations = maps.Clone(m.Annotations)
 	delete(m.Annotations, AnnotationStatus)

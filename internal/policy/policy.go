@@ -39,6 +39,7 @@ var Refusals = []struct{ Name, Why string }{
 	{"not-opted-out", "annotation " + inject.AnnotationInject + `: "` + inject.InjectFalse + `"`},
 	{"no-pod-settings", "a " + inject.Prefix + " annotation other than inject: \"" + inject.InjectTrue + "\" (per-pod settings): the policy's settings are fixed when it is written, and parsing durations or regular expressions per pod is beyond CEL; use `inject` or the webhook"},
 	{"envoy-found", "no container is Envoy's: none has the name --envoy-container gives or, without it, none is named envoy and not exactly one runs Envoy's image (inject refuses such a pod too)"},
+	{"no-peer-manager", "the pod runs another project's shutdown manager (a container running Contour's or Envoy Gateway's `… envoy shutdown-manager`, or MARIN3R's envoy-shtdn-mgr): the policy does not take over; inject refuses such a pod too unless --takeover, and a takeover records the removed containers as JSON in the status annotation (for uninject), which CEL cannot write: use `inject --takeover` or the webhook with --takeover"},
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
@@ -69,6 +70,9 @@ const (
 func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admissionv1.MutatingAdmissionPolicyBinding, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
+	}
+	if cfg.Takeover {
+		return nil, nil, fmt.Errorf("takeover: the policy cannot take over another shutdown manager (it would have to record the removed containers as JSON in the status annotation for uninject, which CEL cannot write); it refuses such pods (matchCondition no-peer-manager): use the webhook or `inject --takeover`")
 	}
 	g, err := probe(cfg)
 	if err != nil {
@@ -269,6 +273,17 @@ func (g *generator) envoyIndex() string {
 	return fmt.Sprintf(`%s ? %s : object.spec.containers.map(c, %s).indexOf(true)`, g.byName(), byName, envoyImage("c.image"))
 }
 
+// peerManager: container c runs another project's shutdown manager, as inject recognises it (internal/inject
+// takeover.go), or a little more broadly (a refusal may be broad): Contour's or Envoy Gateway's binary (by its base
+// name) first on its command line, which holds "shutdown-manager"; or MARIN3R's envoy-shtdn-mgr running
+// shutdown-manager.
+func peerManager(c string) string {
+	first := fmt.Sprintf(`(has(%[1]s.command) && size(%[1]s.command) > 0 ? %[1]s.command[0] : has(%[1]s.args) && size(%[1]s.args) > 0 ? %[1]s.args[0] : "")`, c)
+	base := fmt.Sprintf(`%[1]s.substring(%[1]s.lastIndexOf("/") + 1)`, first)
+	holds := fmt.Sprintf(`(has(%[1]s.command) && "shutdown-manager" in %[1]s.command || has(%[1]s.args) && "shutdown-manager" in %[1]s.args)`, c)
+	return fmt.Sprintf(`(%[1]s && %[2]s in ["contour", "envoy-gateway"] || %[3]s.name == "envoy-shtdn-mgr" && %[1]s)`, holds, base, c)
+}
+
 // envoyImage is inject's test of an image reference (a CEL string expression): its repository's last path
 // element is "envoy" or starts with "envoy-".
 func envoyImage(image string) string {
@@ -291,6 +306,7 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 		{Name: "no-pod-settings", Expression: fmt.Sprintf(`!%[1]s || %[2]s.all(k, !k.startsWith(%[3]s) || k == %[4]s && %[2]s[k] == %[6]s || k == %[5]s)`,
 			hasAnn, ann, celString(inject.Prefix), celString(inject.AnnotationInject), celString(inject.AnnotationStatus), celString(inject.InjectTrue))},
 		{Name: "envoy-found", Expression: g.envoyFound()},
+		{Name: "no-peer-manager", Expression: fmt.Sprintf(`!(has(object.spec.initContainers) && object.spec.initContainers.exists(c, %[1]s)) && !object.spec.containers.exists(c, %[1]s)`, peerManager("c"))},
 		{Name: "envoy-without-prestop", Expression: fmt.Sprintf(
 			`object.spec.containers.all(c, %s || !has(c.lifecycle) || !has(c.lifecycle.preStop))`, notEnvoy("c"))},
 		{Name: "names-free", Expression: fmt.Sprintf(

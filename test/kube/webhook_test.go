@@ -364,9 +364,9 @@ type runningWebhook struct {
 	once           sync.Once
 }
 
-// startWebhook runs the webhook command on ports of 127.0.0.1 it chooses, and waits for its "webhook serving"
-// log line, which says them. The cleanup stops it.
-func startWebhook(t *testing.T, certs *certDir, kubeconfig string) *runningWebhook {
+// startWebhook runs the webhook command (with extra flags) on ports of 127.0.0.1 it chooses, and waits for its
+// "webhook serving" log line, which says them. The cleanup stops it.
+func startWebhook(t *testing.T, certs *certDir, kubeconfig string, extra ...string) *runningWebhook {
 	t.Helper()
 	w := &runningWebhook{logPath: filepath.Join(t.TempDir(), "webhook.log"), done: make(chan int, 1)}
 	logFile, err := os.Create(w.logPath)
@@ -378,8 +378,9 @@ func startWebhook(t *testing.T, certs *certDir, kubeconfig string) *runningWebho
 	ctx, cancel := context.WithCancel(context.Background())
 	w.cancel = cancel
 	go func() {
-		w.done <- cli.Run(ctx, []string{"webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
-			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--kubeconfig", kubeconfig, "--image", testImage, "--log-level", "debug"}, nil, io.Discard, out)
+		args := []string{"webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
+			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--kubeconfig", kubeconfig, "--image", testImage, "--log-level", "debug"}
+		w.done <- cli.Run(ctx, append(args, extra...), nil, io.Discard, out)
 	}()
 	t.Cleanup(func() {
 		w.stop(t)

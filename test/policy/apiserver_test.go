@@ -261,9 +261,18 @@ func createNamespace(t *testing.T, api *kubetest.APIServer, name string, optIn b
 // the cases do not meet), and waits until the API server uses it.
 func applyPolicy(t *testing.T, api *kubetest.APIServer, cfg inject.Config, ns string) {
 	t.Helper()
+	applyPolicyEdited(t, api, cfg, ns, nil)
+}
+
+// applyPolicyEdited is applyPolicy with the generated policy changed by edit first (nil: as generated).
+func applyPolicyEdited(t *testing.T, api *kubetest.APIServer, cfg inject.Config, ns string, edit func(*admissionv1.MutatingAdmissionPolicy)) {
+	t.Helper()
 	mp, bindings, err := policy.Generate(cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(mp)
 	}
 	mp.Name = policy.Name + "-" + ns
 	// Fail, not Ignore: an expression that does not evaluate must fail the test, not pass a pod unchanged.

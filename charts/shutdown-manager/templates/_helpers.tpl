@@ -77,6 +77,9 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- if $i.replaceHooks }}
 - --replace-hooks
 {{- end }}
+{{- if $i.takeover }}
+- --takeover
+{{- end }}
 {{- with $i.drainDelay }}
 - {{ printf "--drain-delay=%v" . | quote }}
 {{- end }}
