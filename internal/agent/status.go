@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
@@ -11,7 +12,10 @@ import (
 
 // StatusConfig is what counting needs: where Envoy's admin API is and what counts as work in flight.
 type StatusConfig struct {
-	Admin        envoyadmin.Address
+	Admin envoyadmin.Address
+	// FindAdmin: Admin is only the default; Envoy's own admin address is read from its process when this
+	// process can see it (as Drain does).
+	FindAdmin    bool
 	AdminTimeout time.Duration
 	Mode         drain.Mode
 	Selector     drain.Selector
@@ -33,6 +37,9 @@ type StatusReport struct {
 // Status reads Envoy's state and counts its work in flight: with the listener configuration if it can be
 // read, else by the rule without it, as a drain counts.
 func Status(ctx context.Context, cfg StatusConfig) (StatusReport, error) {
+	if cfg.FindAdmin {
+		cfg.Admin = adminOfRunningEnvoy(cfg.Admin, slog.New(slog.DiscardHandler)) // the report says which it is
+	}
 	client := envoyadmin.New(cfg.Admin, envoyadmin.Options{Timeout: cfg.AdminTimeout})
 	state, err := client.ServerState(ctx)
 	if err != nil {

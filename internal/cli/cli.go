@@ -47,6 +47,9 @@ func commands() []command {
 
 // Run runs the subcommand named by args[0] with these standard streams and returns the process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) == 2 && args[0] == "help" { // help COMMAND: the command's own help
+		args = []string{args[1], "--help"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stdout)
 		if len(args) == 0 {
@@ -152,8 +155,13 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 
 func runVersion(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	short := fs.Bool("short", false, "print the version alone, without the program's name (for scripts)")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
+	}
+	if *short {
+		fmt.Fprintln(stdout, Version)
+		return nil
 	}
 	fmt.Fprintln(stdout, "shutdown-manager", Version)
 	return nil

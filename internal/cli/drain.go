@@ -18,6 +18,7 @@ func runDrain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	var lf logFlags
 	df.register(fs)
 	lf.register(fs)
+	fs.Lookup("admin-address").Usage += adminFound
 	progress := fs.String("progress", "auto", "live progress line on stderr: auto (when stderr is a terminal), always, never")
 	via := fs.String("via", "", "join the drain of a serve sidecar at this address (unix:///path/api.sock or http://IP:PORT) through /shutdown and wait for its answer, at most --drain-timeout plus 5s; if the sidecar cannot be reached, drain Envoy directly with these flags")
 	tokenFile := fs.String("token-file", "", "with --via: send the secret in this file as \"Authorization: Bearer <secret>\" (the sidecar's --token-file)")

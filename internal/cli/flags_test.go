@@ -179,3 +179,24 @@ func TestRunNeedsEnvoyCommand(t *testing.T) {
 		}
 	}
 }
+
+// `help COMMAND` is the command's own help, and every command's help lists at least one flag.
+func TestHelpCommand(t *testing.T) {
+	for _, c := range commands() {
+		var viaHelp, direct, stderr bytes.Buffer
+		if code := Run(context.Background(), []string{"help", c.name}, nil, &viaHelp, &stderr); code != ExitOK {
+			t.Errorf("help %s: exit %d (%s)", c.name, code, stderr.String())
+		}
+		Run(context.Background(), []string{c.name, "--help"}, nil, &direct, &stderr)
+		if viaHelp.String() != direct.String() {
+			t.Errorf("help %s printed\n%s\nwant what %s --help prints:\n%s", c.name, viaHelp.String(), c.name, direct.String())
+		}
+		if !strings.Contains(direct.String(), "  -") {
+			t.Errorf("%s --help lists no flag:\n%s", c.name, direct.String())
+		}
+	}
+	var out bytes.Buffer
+	if Run(context.Background(), []string{"version", "--short"}, nil, &out, io.Discard); out.String() != Version+"\n" {
+		t.Errorf("version --short printed %q, want %q", out.String(), Version+"\n")
+	}
+}

@@ -18,6 +18,7 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var cf countFlags // only what changes the count: the drain's timing flags mean nothing here
 	cf.register(fs)
+	fs.Lookup("admin-address").Usage += adminFound
 	output := fs.String("o", "table", "output: table or json")
 	if err := parse(fs, args, stdout); err != nil {
 		return err
@@ -26,6 +27,7 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 	if err != nil {
 		return err
 	}
+	cfg.FindAdmin = !isFlagSet(fs, "admin-address")
 	if *output != "table" && *output != "json" {
 		return usagef("-o: %q is not one of table, json", *output)
 	}
