@@ -175,7 +175,6 @@ type triggerRequest struct {
 
 type triggerReply struct {
 	d   *Drain
-	how string // "started", "joined", "finished"
 }
 
 // stateCheck is one /server_info read after a finished drain.
@@ -215,13 +214,16 @@ func (e *Engine) Run(ctx context.Context) error {
 		case req := <-e.triggers:
 			switch {
 			case last == nil:
+				e.logTrigger(req.by, "started")
 				last = e.start(ctx, req.by)
-				req.reply <- triggerReply{last, "started"}
+				req.reply <- triggerReply{last}
 			case !isDone(last):
 				last.joined.Add(1)
-				req.reply <- triggerReply{last, "joined"}
+				e.logTrigger(req.by, "joined")
+				req.reply <- triggerReply{last}
 			case fresh():
-				req.reply <- triggerReply{last, "finished"}
+				e.logTrigger(req.by, "finished")
+				req.reply <- triggerReply{last}
 			default:
 				pending = append(pending, req)
 				if !checking {
@@ -237,15 +239,18 @@ func (e *Engine) Run(ctx context.Context) error {
 			cached = c
 			if e.redrain(c) {
 				cached = stateCheck{}
+				e.logTrigger(pending[0].by, "started")
 				last = e.start(ctx, pending[0].by)
-				pending[0].reply <- triggerReply{last, "started"}
+				pending[0].reply <- triggerReply{last}
 				for _, req := range pending[1:] {
 					last.joined.Add(1)
-					req.reply <- triggerReply{last, "joined"}
+					e.logTrigger(req.by, "joined")
+					req.reply <- triggerReply{last}
 				}
 			} else {
 				for _, req := range pending {
-					req.reply <- triggerReply{last, "finished"}
+					e.logTrigger(req.by, "finished")
+					req.reply <- triggerReply{last}
 				}
 			}
 			pending = nil
@@ -277,6 +282,12 @@ func (e *Engine) redrain(c stateCheck) bool {
 	}
 	e.log.Info("envoy is live again after a finished drain: draining it", "envoy_state", string(c.state))
 	return true
+}
+
+// logTrigger logs a trigger and what it did ("started", "joined", "finished"). The owner goroutine logs it
+// before it starts the drain, so that "drain trigger" always comes before the drain's "drain started".
+func (e *Engine) logTrigger(by Caller, how string) {
+	e.log.Info("drain trigger", append(by.Attrs(), "drain", how)...)
 }
 
 func (e *Engine) start(ctx context.Context, by Caller) *Drain {
@@ -312,7 +323,6 @@ func (e *Engine) Trigger(ctx context.Context, by Caller) (*Drain, error) {
 	}
 	select {
 	case r := <-reply:
-		e.log.Info("drain trigger", append(by.Attrs(), "drain", r.how)...)
 		return r.d, nil
 	case <-e.stopped:
 		return nil, ErrStopped

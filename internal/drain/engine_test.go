@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -768,4 +769,50 @@ func TestSecondsAreMilliseconds(t *testing.T) {
 			t.Errorf("Seconds(%s) = %s, want %s", d, got, want)
 		}
 	}
+}
+
+// The log says "drain trigger" before the drain it started says "drain started", every time: the owner
+// goroutine logs the trigger before it starts the drain's goroutine.
+func TestTriggerLoggedBeforeDrainStarted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf syncBuffer
+		cfg := testConfig()
+		cfg.Delay, cfg.MinDuration = 0, 0
+		e, err := New(cfg, newFake(0), slog.New(slog.NewTextHandler(&buf, nil)), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); _ = e.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		d, err := e.Trigger(context.Background(), testCaller)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-d.Done()
+		log := buf.String()
+		trigger, started := strings.Index(log, `msg="drain trigger"`), strings.Index(log, `msg="drain started"`)
+		if trigger < 0 || started < 0 || trigger > started {
+			t.Errorf("want drain trigger before drain started; log:\n%s", log)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for the engine's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
