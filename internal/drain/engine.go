@@ -174,7 +174,7 @@ type triggerRequest struct {
 }
 
 type triggerReply struct {
-	d   *Drain
+	d *Drain
 }
 
 // stateCheck is one /server_info read after a finished drain.
