@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -498,7 +497,7 @@ type PollRun struct {
 }
 
 // ourQuery is the manager's poll (envoyadmin.Client.Stats).
-var ourQuery = "/stats?" + url.Values{"filter": {envoyadmin.ActiveFilter}, "format": {"json"}, "type": {"Gauges"}}.Encode()
+var ourQuery = "/stats?" + envoyadmin.StatsQuery
 
 func scenarioPollCost(ctx context.Context, c *config, res *Results) error {
 	plain := allPolicies(c)[0]
