@@ -11,15 +11,18 @@ import (
 // DefaultMinDuration (the floor) it was chosen so that:
 //
 //   - a drain with no traffic takes no longer than before the quiet period existed: the floor, 5 s, is the
-//     longer of the two (measured by TestQuietPeriodDefaults on the pinned Envoy lines: 5.0 s);
+//     longer of the two (measured by TestQuietPeriodDefaults on Envoy 1.36.2 and 1.40.0: 5.00-5.02 s);
 //   - traffic through kube-proxy, which stops about 1 s after termination begins (measured in another
 //     project's e2e: firebolt-kubernetes-operator #254), plus 3 s of quiet, still ends inside the 5 s floor:
-//     a rollout behind kube-proxy is as fast as before (measured: traffic stopping 1 s after health checks
-//     failed releases at 5.0 s);
+//     a rollout behind kube-proxy is as fast as before (measured: a new connection every 100 ms until 1 s:
+//     released at 5.00-5.02 s);
 //   - a load balancer that keeps sending after 5 s (one with active health checks every 3 s and 2 failures
 //     to mark a target down, as the issue measured with HAProxy: ~6-9 s; AWS NLB in IP mode: minutes) holds
-//     the pod until it has moved, plus 3 s (measured: traffic stopping at 8 s releases at ~11 s);
-//   - sparse traffic (a request every 2-3 s per pod) keeps the pod held while it still arrives.
+//     the pod until it has moved, plus 3 s (measured: a new connection every 100 ms until 8 s: released at
+//     10.97-11.00 s, 3 s after the last);
+//   - sparse traffic (a request every 2-3 s per pod) keeps the pod held while it still arrives (measured: a
+//     request every 2.5 s until 9 s: released at 10.54 s, 3 s after the last at 7.5 s);
+//   - readiness probes never hold it (measured: a probe every 200 ms on the readiness listener: 5.01 s).
 //
 // The trade-off: the quiet period cannot tell traffic that has moved from traffic that is merely sparse.
 // A client sending less often than once per quiet period is not seen to continue: past the floor, the
