@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/url"
 	"os"
 	"os/exec"
 	"runtime"
@@ -306,7 +305,9 @@ type LatencyRun struct {
 }
 
 func scenarioLatency(ctx context.Context, c *config, res *Results) error {
-	ours := tuning{managerArgs: []string{"--min-drain-duration", "300ms", "--drain-timeout", "30s"}}
+	// The quiet period off: these scenarios measure the release after the last request (issue 19's sweep
+	// measures the quiet period).
+	ours := tuning{managerArgs: []string{"--min-drain-duration", "300ms", "--quiet-period", "0s", "--drain-timeout", "30s"}}
 	byName := map[string]policy{}
 	for _, p := range selectedPolicies(c) {
 		byName[p.name] = p
@@ -498,7 +499,7 @@ type PollRun struct {
 }
 
 // ourQuery is the manager's poll (envoyadmin.Client.Stats).
-var ourQuery = "/stats?" + url.Values{"filter": {envoyadmin.ActiveFilter}, "format": {"json"}, "type": {"Gauges"}}.Encode()
+var ourQuery = "/stats?" + envoyadmin.StatsQuery
 
 func scenarioPollCost(ctx context.Context, c *config, res *Results) error {
 	plain := allPolicies(c)[0]

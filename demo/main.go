@@ -72,7 +72,7 @@ func run(c config) error {
 		opts := testbed.Options{}
 		if policy.name == "shutdown-manager run" {
 			// The agent: Envoy runs as the manager's child; kubelet's SIGTERM goes to the manager.
-			opts = testbed.Options{AdminUnix: true, Wrapper: []string{c.manager, "run", "--min-drain-duration", c.minDrain.String(),
+			opts = testbed.Options{AdminUnix: true, Wrapper: []string{c.manager, "run", "--min-drain-duration", c.minDrain.String(), "--quiet-period", "0s",
 				"--drain-timeout", "30s", "--log-format", "text", "--log-level", "warn", "--"}}
 		}
 		r, err := scenario(c, bin, policy.name, opts, policy.terminate)
@@ -174,7 +174,7 @@ func scenario(c config, bin testbed.Binary, name string, opts testbed.Options, t
 func viaManager(c config, e *testbed.Envoy, dir string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	mgr, err := testbed.StartServe(ctx, c.manager, dir, e.AdminURL, "--min-drain-duration", c.minDrain.String(), "--drain-timeout", "30s")
+	mgr, err := testbed.StartServe(ctx, c.manager, dir, e.AdminURL, "--min-drain-duration", c.minDrain.String(), "--quiet-period", "0s", "--drain-timeout", "30s")
 	if err != nil {
 		return "", err
 	}

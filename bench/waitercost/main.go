@@ -102,7 +102,7 @@ type measurement struct{ rss, hwm, refused int } // kB, kB, callers
 // until want of them wait, and reads the process's memory.
 func measure(ctx context.Context, manager, adminURL string, callers, want, maxWaiters int) (measurement, error) {
 	args := []string{"serve", "--listen", "127.0.0.1:0", "--admin-address", adminURL, "--drain-timeout", "8m",
-		"--min-drain-duration", "0s", "--check-interval", "1s"}
+		"--min-drain-duration", "0s", "--quiet-period", "0s", "--check-interval", "1s"}
 	if maxWaiters == 0 {
 		args = append(args, "--max-waiters", strconv.Itoa(max(callers, 1)), "--max-connections", strconv.Itoa(callers+64))
 	}

@@ -61,6 +61,7 @@ type drainFlags struct {
 	countFlags
 	delay       time.Duration
 	minDuration time.Duration
+	quiet       time.Duration
 	timeout     time.Duration
 	interval    time.Duration
 	threshold   int64
@@ -72,7 +73,8 @@ type drainFlags struct {
 func (f *drainFlags) register(fs *flag.FlagSet) {
 	f.countFlags.register(fs)
 	fs.DurationVar(&f.delay, "drain-delay", drain.DefaultDelay, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
-	fs.DurationVar(&f.minDuration, "min-drain-duration", drain.DefaultMinDuration, "after failing health checks, keep accepting at least this long before releasing")
+	fs.DurationVar(&f.minDuration, "min-drain-duration", drain.DefaultMinDuration, "after failing health checks, keep accepting at least this long before releasing (the floor)")
+	fs.DurationVar(&f.quiet, "quiet-period", drain.DefaultQuietPeriod, "past --min-drain-duration, keep accepting until no new connection and no new request has arrived for this long (readiness listeners' probes apart), within --drain-timeout; 0 turns it off")
 	fs.DurationVar(&f.timeout, "drain-timeout", drain.DefaultTimeout, "release at the latest this long after the trigger, whatever is still in flight")
 	fs.DurationVar(&f.interval, "check-interval", drain.DefaultInterval, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
@@ -97,6 +99,7 @@ func (f *drainFlags) config() (agent.EngineConfig, error) {
 	cfg := drain.Config{
 		Delay:         f.delay,
 		MinDuration:   f.minDuration,
+		QuietPeriod:   f.quiet,
 		Timeout:       f.timeout,
 		Interval:      f.interval,
 		Threshold:     f.threshold,
@@ -115,6 +118,7 @@ func (f *drainFlags) config() (agent.EngineConfig, error) {
 var flags = map[drain.Setting]string{
 	drain.SettingDelay:           "--drain-delay",
 	drain.SettingMinDuration:     "--min-drain-duration",
+	drain.SettingQuietPeriod:     "--quiet-period",
 	drain.SettingTimeout:         "--drain-timeout",
 	drain.SettingInterval:        "--check-interval",
 	drain.SettingThreshold:       "--min-open-connections",

@@ -34,6 +34,7 @@ type injectFlags struct {
 	takeover        bool
 	delay           time.Duration
 	minDuration     time.Duration
+	quiet           time.Duration
 	timeout         time.Duration
 	minOpen         int64
 	count           string
@@ -56,6 +57,7 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
 	fs.DurationVar(&f.delay, "drain-delay", inject.DefaultDrainDelay, "passed to the drain (see drain -h); sizes the grace period")
 	fs.DurationVar(&f.minDuration, "min-drain-duration", inject.DefaultMinDrainDuration, "passed to the drain (see drain -h); sizes the grace period")
+	fs.DurationVar(&f.quiet, "quiet-period", inject.DefaultQuietPeriod, "passed to the drain (see drain -h); sizes the grace period")
 	fs.DurationVar(&f.timeout, "drain-timeout", 0, "the drain timeout; the grace period is raised to fit it (default: derived from terminationGracePeriodSeconds)")
 	fs.Int64Var(&f.minOpen, "min-open-connections", 0, "passed to the drain (see drain -h)")
 	fs.StringVar(&f.count, "count", "", "passed to the drain (see drain -h): inflight, connections, requests")
@@ -92,6 +94,9 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 	}
 	if isFlagSet(fs, "min-drain-duration") {
 		cfg.Drain.MinDuration = &f.minDuration
+	}
+	if isFlagSet(fs, "quiet-period") {
+		cfg.Drain.QuietPeriod = &f.quiet
 	}
 	if isFlagSet(fs, "drain-timeout") {
 		cfg.Drain.Timeout = &f.timeout

@@ -56,7 +56,7 @@ func TestInjectCommand(t *testing.T) {
 		{"sidecar-plain-http", []string{"--mode", "sidecar", "--sidecar-kind=plain", "--hook", "http"}},
 		{"agent-image-volume", []string{"--mode=agent", "--binary-from=image-volume"}},
 		{"image-pull-policy", []string{"--binary-from=image-volume", "--image-pull-policy=Never"}},
-		{"flags-drain", []string{"--admin-address=unix:///var/run/envoy/admin.sock", "--drain-delay=2s", "--min-drain-duration=0s",
+		{"flags-drain", []string{"--admin-address=unix:///var/run/envoy/admin.sock", "--drain-delay=2s", "--min-drain-duration=0s", "--quiet-period=1s",
 			"--drain-timeout=40s", "--min-open-connections=0", "--count=requests", `--listener-exclude=^listener\.admin2`}},
 		{"existing-prestop-replaced", []string{"--replace-hooks"}},
 		{"multi-document", nil},

@@ -52,6 +52,44 @@ type Counts struct {
 	NonHTTPCx int64        // connections of counted groups that no HTTP manager accounts for (TCP proxy and others)
 	Groups    []Group      // every group, counted or not, sorted by its first member
 	Basis     string       // BasisListenerConfig, or "fallback: <why>"
+	Kinds     Kinds        // the counted groups' work in flight by kind, whatever the mode
+	// Watched are the counters that show new traffic, by raw scope: downstream_cx_total of the listeners
+	// and downstream_rq_total of the HTTP managers of the counted groups that serve no health checks
+	// (Group.HealthChecks). Nil without the listener configuration: it alone tells a readiness listener's
+	// probes from traffic.
+	Watched map[string]int64
+}
+
+// Kinds is work in flight by kind. Envoy's stats tell upgraded connections (WebSocket and other upgrades:
+// downstream_cx_upgrades_active) from other requests; gRPC streams, server-sent events and other long
+// responses are requests (streams) in flight like any other, which no stat tells apart.
+type Kinds struct {
+	Upgraded int64 `json:"upgraded_connections"` // WebSockets and other upgraded connections
+	Requests int64 `json:"requests"`             // requests and streams in flight, upgraded ones left out
+	NonHTTP  int64 `json:"non_http_connections"` // connections no HTTP manager owns (TCP proxy and others)
+}
+
+// Text lists the kinds that are not zero, for reasons and Events: "2 WebSocket/upgraded connections
+// still open, 1 request"; "" if none is.
+func (k Kinds) Text() string {
+	var parts []string
+	if k.Upgraded > 0 {
+		parts = append(parts, plural(k.Upgraded, "WebSocket/upgraded connection")+" still open")
+	}
+	if k.Requests > 0 {
+		parts = append(parts, plural(k.Requests, "request")+" (or stream)")
+	}
+	if k.NonHTTP > 0 {
+		parts = append(parts, plural(k.NonHTTP, "non-HTTP connection"))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func plural(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // BasisListenerConfig is Counts.Basis when HTTP managers were attributed to listeners by Envoy's listener
@@ -76,8 +114,13 @@ type Group struct {
 	Connections     int64    `json:"connections"`   // the listeners' downstream connections
 	HTTPConnections int64    `json:"http_connections"`
 	Requests        int64    `json:"requests"`             // the managers' requests in flight
+	Upgraded        int64    `json:"upgraded_connections"` // of those, upgraded connections (WebSockets)
 	NonHTTP         int64    `json:"non_http_connections"` // max(0, connections - http_connections)
 	Counted         bool     `json:"counted"`
+	// HealthChecks is set for a group with an HTTP manager that runs Envoy's health_check filter (a
+	// readiness listener): its connections and requests are probes and load balancers' health checks, so
+	// the quiet period does not watch them. Its work in flight counts as any other's.
+	HealthChecks bool `json:"health_checks,omitempty"`
 	// Reason says why a group is not counted, or why a counted one counts every connection (a listener
 	// the configuration read does not know).
 	Reason string `json:"reason,omitempty"`
@@ -170,6 +213,23 @@ func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel S
 		if !counted {
 			continue
 		}
+		c.Kinds.Upgraded = addSat(c.Kinds.Upgraded, grp.Upgraded)
+		c.Kinds.Requests = addSat(c.Kinds.Requests, max(0, grp.Requests-grp.Upgraded))
+		c.Kinds.NonHTTP = addSat(c.Kinds.NonHTTP, grp.NonHTTP)
+		if topo != nil && !grp.HealthChecks {
+			if c.Watched == nil {
+				c.Watched = map[string]int64{}
+			}
+			for _, n := range members {
+				for _, raw := range n.raw {
+					if n.manager {
+						c.Watched[raw] = snap.HTTP[raw].RequestsTotal
+					} else if v, ok := snap.ListenerTotals[raw]; ok {
+						c.Watched[raw] = v
+					}
+				}
+			}
+		}
 		c.NonHTTPCx = addSat(c.NonHTTPCx, grp.NonHTTP)
 		switch mode {
 		case ModeConnections:
@@ -213,6 +273,8 @@ type node struct {
 	rawCx      map[string]int64
 	rawRq      map[string]int64
 	cx, rq     int64
+	upgraded   int64
+	health     bool // an HTTP manager running the health_check filter
 	builtin    bool // the admin's, or an internal listener
 	configured bool // in the topology
 	parent     *node
@@ -245,6 +307,11 @@ func newGrouping(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, sel Select
 				}
 				union(ln, g.node(h, true))
 			}
+			for _, h := range l.HealthCheck {
+				if envoyadmin.CanonicalScope(h) != adminManager {
+					g.node(h, true).health = true
+				}
+			}
 		}
 	}
 	for name, v := range snap.Listeners {
@@ -252,6 +319,7 @@ func newGrouping(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, sel Select
 	}
 	for name, v := range snap.HTTP {
 		g.gauge(name, true, v.Connections, v.Requests)
+		g.node(name, true).upgraded = addSat(g.node(name, true).upgraded, max(v.Upgrades, 0))
 	}
 	if topo != nil {
 		// The admin's listener and manager go together (not in the topology: Envoy configures them itself).
@@ -354,6 +422,8 @@ func (g *grouping) judge(members []*node, configured bool, sel Selector) (Group,
 			grp.Managers = append(grp.Managers, display)
 			grp.HTTPConnections = addSat(grp.HTTPConnections, n.cx)
 			grp.Requests = addSat(grp.Requests, n.rq)
+			grp.Upgraded = addSat(grp.Upgraded, n.upgraded)
+			grp.HealthChecks = grp.HealthChecks || n.health
 			if n.builtin {
 				builtinManagers++
 			}

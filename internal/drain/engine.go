@@ -1,7 +1,8 @@
 // Package drain is the drain engine: one drain of one Envoy at a time, in a fixed order, bounded in time.
 //
 // The order: wait Delay (keep serving), fail Envoy's health checks (and optionally start its graceful
-// listener drain), keep accepting for MinDuration, then poll the work in flight every Interval until it is
+// listener drain), keep accepting for MinDuration (the floor) and until no new traffic has arrived for
+// QuietPeriod, then poll the work in flight every Interval until it is
 // at or below Threshold — or until Timeout since the start, or until Envoy is gone. Every outcome releases
 // the waiters; none of them leaves a caller blocked past Timeout.
 //
@@ -53,15 +54,18 @@ func ParseListenerDrain(s string) (ListenerDrain, error) {
 // The defaults of a drain's policy: the command line's, and the numbers inject sizes grace periods with.
 const (
 	DefaultDelay       = 0 * time.Second
-	DefaultMinDuration = 5 * time.Second
+	DefaultMinDuration = 5 * time.Second // the floor; see DefaultQuietPeriod for why it stays 5 s
 	DefaultTimeout     = 60 * time.Second
 	DefaultInterval    = 250 * time.Millisecond
 )
 
 // Config is a drain's policy. Durations are wall-clock; Timeout counts from the trigger and bounds every step.
 type Config struct {
-	Delay         time.Duration // keep serving normally before failing health checks (endpoint propagation)
-	MinDuration   time.Duration // after failing health checks, never release sooner than this
+	Delay       time.Duration // keep serving normally before failing health checks (endpoint propagation)
+	MinDuration time.Duration // after failing health checks, never release sooner than this (the floor)
+	// QuietPeriod: past the floor, hold until no new connection and no new request has arrived on the
+	// counted listeners (readiness listeners apart) for this long, within Timeout. 0 turns it off.
+	QuietPeriod   time.Duration
 	Timeout       time.Duration // release at the latest this long after the trigger
 	Interval      time.Duration // between two polls of Envoy's stats
 	Threshold     int64         // release when the count is at or below this
@@ -79,6 +83,8 @@ func (c Config) Validate() error {
 		return invalid(SettingDelay, "must not be negative")
 	case c.MinDuration < 0:
 		return invalid(SettingMinDuration, "must not be negative")
+	case c.QuietPeriod < 0:
+		return invalid(SettingQuietPeriod, "must not be negative")
 	case c.Timeout <= 0:
 		return invalid(SettingTimeout, "must be positive")
 	case c.Interval <= 0:
@@ -87,6 +93,12 @@ func (c Config) Validate() error {
 		return invalid(SettingThreshold, "must not be negative")
 	case c.GoneAfter < 0:
 		return invalid(SettingGoneAfter, "must not be negative")
+	case c.QuietPeriod > c.MinDuration && AddDurations(c.Delay, c.QuietPeriod) >= c.Timeout:
+		floor := AddDurations(c.Delay, c.QuietPeriod)
+		return &ConfigError{Setting: SettingTimeout, text: func(n Names) string {
+			return fmt.Sprintf("%s (%s) must be longer than %s plus %s (%s)",
+				n.of(SettingTimeout), c.Timeout, n.of(SettingDelay), n.of(SettingQuietPeriod), floor)
+		}}
 	case AddDurations(c.Delay, c.MinDuration) >= c.Timeout:
 		floor := AddDurations(c.Delay, c.MinDuration)
 		return &ConfigError{Setting: SettingTimeout, text: func(n Names) string {
@@ -431,6 +443,7 @@ func (e *Engine) publish(s *Status) {
 	e.status.Store(s)
 	e.metrics.setPhase(s.Phase)
 	e.metrics.setOpen(s.Open)
+	e.metrics.setKinds(s.InFlight)
 }
 
 // Drain is one drain. Done is closed when it has released; Result is valid from then on.

@@ -39,6 +39,12 @@ type fakeAdmin struct {
 	topoErr   error // returned by ListenerConfig when set
 	topoCall  int
 	added     string // a listener scope Stats shows and ListenerConfig does not
+	// New traffic and kinds, for the quiet period (quiet_test.go): counters of the ingress listener and
+	// manager, upgraded connections among the requests in flight, and a readiness listener ("listener.ready",
+	// "http.ready", running the health_check filter) whose probes count up probes.
+	cxTotal, rqTotal, upgrades int64
+	readiness                  bool
+	probes                     int64
 }
 
 func newFake(inflight int64) *fakeAdmin {
@@ -103,6 +109,14 @@ func (f *fakeAdmin) Stats(ctx context.Context) (envoyadmin.Snapshot, error) {
 	if f.added != "" {
 		snap.Listeners[f.added] = 0
 	}
+	snap.ListenerTotals = map[string]int64{"listener.0.0.0.0_8080": f.cxTotal, "listener.admin": int64(f.statsCall.Load())}
+	g := snap.HTTP["http.ingress"]
+	g.Upgrades, g.RequestsTotal = f.upgrades, f.rqTotal
+	snap.HTTP["http.ingress"] = g
+	if f.readiness {
+		snap.Listeners["listener.ready"], snap.ListenerTotals["listener.ready"] = 0, f.probes
+		snap.HTTP["http.ready"] = envoyadmin.HTTPGauges{RequestsTotal: f.probes}
+	}
 	return snap, nil
 }
 
@@ -114,7 +128,11 @@ func (f *fakeAdmin) ListenerConfig(ctx context.Context) (envoyadmin.Topology, er
 	if f.topoErr != nil {
 		return envoyadmin.Topology{}, f.topoErr
 	}
-	return envoyadmin.Topology{Listeners: []envoyadmin.Listener{{Scope: "listener.0.0.0.0_8080", HTTP: []string{"http.ingress"}}}}, nil
+	topo := envoyadmin.Topology{Listeners: []envoyadmin.Listener{{Scope: "listener.0.0.0.0_8080", HTTP: []string{"http.ingress"}}}}
+	if f.readiness {
+		topo.Listeners = append(topo.Listeners, envoyadmin.Listener{Scope: "listener.ready", HTTP: []string{"http.ready"}, HealthCheck: []string{"http.ready"}})
+	}
+	return topo, nil
 }
 
 func (f *fakeAdmin) ServerState(ctx context.Context) (envoyadmin.ServerState, error) {

@@ -13,6 +13,10 @@ type Metrics struct {
 	duration      prometheus.Histogram
 	drains        *prometheus.CounterVec
 	adminRequests *prometheus.CounterVec
+	phaseEnds     *prometheus.CounterVec
+	newTrafficCx  prometheus.Counter
+	newTrafficRq  prometheus.Counter
+	inFlightKind  *prometheus.GaugeVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered, for tests and one-shot use).
@@ -36,12 +40,28 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shutdown_manager_admin_requests_total",
 			Help: "Requests to Envoy's admin API by endpoint and result (ok, http_<status>, unreachable, timeout, error).",
 		}, []string{"endpoint", "result"}),
+		phaseEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shutdown_manager_drain_phase_ends_total",
+			Help: "Drain phases ended, by phase and cause (elapsed, done, quiet, drained, deadline, envoy_gone, error, canceled); /status and the log say the reason in words.",
+		}, []string{"phase", "cause"}),
+		newTrafficCx: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shutdown_manager_drain_new_connections_total",
+			Help: "New downstream connections seen on the listeners the quiet period watches, after health checks failed.",
+		}),
+		newTrafficRq: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "shutdown_manager_drain_new_requests_total",
+			Help: "New requests seen by the HTTP managers the quiet period watches, after health checks failed.",
+		}),
+		inFlightKind: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "shutdown_manager_in_flight_by_kind",
+			Help: "Work in flight at the last poll by kind: upgraded_connections (WebSockets), requests (and streams), non_http_connections.",
+		}, []string{"kind"}),
 	}
 	for _, o := range Outcomes {
 		m.drains.WithLabelValues(string(o))
 	}
 	if reg != nil {
-		reg.MustRegister(m.phase, m.inFlight, m.duration, m.drains, m.adminRequests)
+		reg.MustRegister(m.phase, m.inFlight, m.duration, m.drains, m.adminRequests, m.phaseEnds, m.newTrafficCx, m.newTrafficRq, m.inFlightKind)
 	}
 	return m
 }
@@ -66,6 +86,24 @@ func (m *Metrics) setOpen(n OpenCount) {
 	if n.Known() {
 		m.inFlight.value.Store(int64(n))
 	}
+}
+
+func (m *Metrics) phaseEnded(pe PhaseEnd) {
+	m.phaseEnds.WithLabelValues(string(pe.Phase), string(pe.Cause)).Inc()
+}
+
+func (m *Metrics) newTraffic(cx, rq int64) {
+	m.newTrafficCx.Add(float64(cx))
+	m.newTrafficRq.Add(float64(rq))
+}
+
+func (m *Metrics) setKinds(k *Kinds) {
+	if k == nil {
+		return
+	}
+	m.inFlightKind.WithLabelValues("upgraded_connections").Set(float64(k.Upgraded))
+	m.inFlightKind.WithLabelValues("requests").Set(float64(k.Requests))
+	m.inFlightKind.WithLabelValues("non_http_connections").Set(float64(k.NonHTTP))
 }
 
 func (m *Metrics) finished(r Result) {

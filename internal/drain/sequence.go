@@ -19,12 +19,13 @@ const (
 	PhaseDelay            Phase = "delay"             // waiting --drain-delay, Envoy serving normally
 	PhaseFailHealthChecks Phase = "fail_healthchecks" // asking Envoy to fail its health checks
 	PhaseMinDuration      Phase = "min_duration"      // health checks failing, still accepting, not releasing yet
+	PhaseQuiet            Phase = "quiet"             // past the floor, holding until no new traffic for the quiet period
 	PhaseWaiting          Phase = "waiting"           // polling until the work in flight is at the threshold
 	PhaseReleased         Phase = "released"          // finished; see Outcome
 )
 
 // Phases lists every phase, for metrics.
-var Phases = []Phase{PhaseIdle, PhaseDelay, PhaseFailHealthChecks, PhaseMinDuration, PhaseWaiting, PhaseReleased}
+var Phases = []Phase{PhaseIdle, PhaseDelay, PhaseFailHealthChecks, PhaseMinDuration, PhaseQuiet, PhaseWaiting, PhaseReleased}
 
 // Outcome is how a drain ended.
 type Outcome string
@@ -46,7 +47,33 @@ type Result struct {
 	Reason   string        // one line for humans: what happened, with counts and timing
 	Open     OpenCount     // the last count read; Unknown if none was read
 	Duration time.Duration // from trigger to release
+	Phases   []PhaseEnd    // why each phase ended, in order
 }
+
+// PhaseEnd says when and why a phase of a drain ended.
+type PhaseEnd struct {
+	Phase   Phase   `json:"phase"`
+	Elapsed Seconds `json:"elapsed_seconds"` // since the trigger
+	Cause   Cause   `json:"cause"`
+	Reason  string  `json:"reason"` // for humans: "no new connection for 3s, 7.2s after health checks failed"
+}
+
+// Cause is why a phase ended, in a word (a metric label).
+type Cause string
+
+const (
+	CauseElapsed   Cause = "elapsed"    // its time passed (the delay, the floor)
+	CauseDone      Cause = "done"       // its step was done (health checks failing)
+	CauseQuiet     Cause = "quiet"      // no new traffic for the quiet period
+	CauseDrained   Cause = "drained"    // the work in flight fell to the threshold
+	CauseDeadline  Cause = "deadline"   // the drain's deadline came first
+	CauseEnvoyGone Cause = "envoy_gone" // Envoy exited
+	CauseError     Cause = "error"      // Envoy could not be asked to drain
+	CauseCanceled  Cause = "canceled"   // the engine was stopped
+)
+
+// Causes lists every cause, for metrics.
+var Causes = []Cause{CauseElapsed, CauseDone, CauseQuiet, CauseDrained, CauseDeadline, CauseEnvoyGone, CauseError, CauseCanceled}
 
 // OpenCount is the work in flight as --count counts it, or Unknown before Envoy's stats were read.
 // It encodes to JSON as a number, or null when unknown.
@@ -81,20 +108,26 @@ func (s Seconds) MarshalJSON() ([]byte, error) {
 
 // Status is a snapshot of the current or last drain, as GET /status shows it.
 type Status struct {
-	Phase      Phase        `json:"state"`
-	Open       OpenCount    `json:"open"` // what --count counts; null before the first poll
-	Listeners  []ScopeCount `json:"listeners"`
-	Excluded   []string     `json:"excluded,omitempty"`
-	Groups     []Group      `json:"groups"`                // how the last poll was counted, group by group ([] before it)
-	CountBasis string       `json:"count_basis,omitempty"` // "listener_config" or "fallback: <why>"
-	Started    *time.Time   `json:"started,omitempty"`
-	Deadline   *time.Time   `json:"deadline,omitempty"`
-	Elapsed    Seconds      `json:"elapsed_seconds"`
-	Outcome    Outcome      `json:"outcome,omitempty"`
-	Reason     string       `json:"reason,omitempty"`
-	EnvoyState string       `json:"envoy_state,omitempty"`
-	LastError  string       `json:"last_error,omitempty"`
-	Polls      int          `json:"polls"`
+	Phase     Phase        `json:"state"`
+	Open      OpenCount    `json:"open"` // what --count counts; null before the first poll
+	Listeners []ScopeCount `json:"listeners"`
+	Excluded  []string     `json:"excluded,omitempty"`
+	Groups    []Group      `json:"groups"`              // how the last poll was counted, group by group ([] before it)
+	InFlight  *Kinds       `json:"in_flight,omitempty"` // the last poll's work in flight by kind
+	// HealthChecksFailed is when Envoy started failing its health checks; the floor and the quiet period
+	// count from there.
+	HealthChecksFailed *time.Time `json:"health_checks_failed,omitempty"`
+	Quiet              *Quiet     `json:"quiet,omitempty"`       // the quiet period's view of new traffic; nil when it is off
+	Phases             []PhaseEnd `json:"phases,omitempty"`      // the phases ended so far, and why
+	CountBasis         string     `json:"count_basis,omitempty"` // "listener_config" or "fallback: <why>"
+	Started            *time.Time `json:"started,omitempty"`
+	Deadline           *time.Time `json:"deadline,omitempty"`
+	Elapsed            Seconds    `json:"elapsed_seconds"`
+	Outcome            Outcome    `json:"outcome,omitempty"`
+	Reason             string     `json:"reason,omitempty"`
+	EnvoyState         string     `json:"envoy_state,omitempty"`
+	LastError          string     `json:"last_error,omitempty"`
+	Polls              int        `json:"polls"`
 	// Set while Envoy's admin API, having answered, fails every poll (a wedged or stopped Envoy): when its
 	// last good answer came. Open is then that answer's count, as old as this.
 	AdminStalledSince *time.Time `json:"admin_unanswered_since,omitempty"`
@@ -113,8 +146,16 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	st := *e.status.Load()
 	log := e.log.With("drain_timeout", cfg.Timeout.String(), "count", string(cfg.Mode))
 	log.Info("drain started", "drain_delay", cfg.Delay.String(), "min_drain_duration", cfg.MinDuration.String(),
-		"check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
+		"quiet_period", cfg.QuietPeriod.String(), "check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
 
+	// ended records why the current phase ended: in Status, the log and the metrics.
+	ended := func(cause Cause, reason string) {
+		pe := PhaseEnd{Phase: st.Phase, Elapsed: Seconds(time.Since(d.started)), Cause: cause, Reason: reason}
+		st.Phases = append(slicesClip(st.Phases), pe)
+		e.metrics.phaseEnded(pe)
+		log.Info("drain phase ended", "phase", string(pe.Phase), "cause", string(cause), "reason", reason,
+			"elapsed", time.Duration(pe.Elapsed).Round(time.Millisecond).String())
+	}
 	finish := func(o Outcome, format string, args ...any) Result {
 		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started), Reason: fmt.Sprintf(format, args...)}
 		if parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
@@ -122,6 +163,10 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			r.Outcome = OutcomeCanceled
 			r.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(parent), since(d.started), openText(st.Open))
 		}
+		cause := map[Outcome]Cause{OutcomeDrained: CauseDrained, OutcomeTimeout: CauseDeadline, OutcomeEnvoyGone: CauseEnvoyGone,
+			OutcomeError: CauseError, OutcomeCanceled: CauseCanceled}[r.Outcome]
+		ended(cause, r.Reason)
+		r.Phases = st.Phases
 		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
 		e.publish(new(st))
 		level := log.Info
@@ -143,6 +188,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		}
 		return finish(OutcomeTimeout, "deadline %s reached during the drain delay", cfg.Timeout)
 	}
+	ended(CauseElapsed, fmt.Sprintf("drain delay %s passed", cfg.Delay))
 
 	// 2. Fail health checks, retried: nothing drains until Envoy has been told.
 	st.Phase = PhaseFailHealthChecks
@@ -158,7 +204,10 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		}
 		return finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", cfg.Timeout, st.LastError)
 	}
+	failed := time.Now()
 	log.Info("envoy health checks failing", "elapsed", since(d.started))
+	st.HealthChecksFailed = new(failed)
+	ended(CauseDone, "envoy fails its health checks "+since(d.started)+" after the trigger")
 	if cfg.ListenerDrain != ListenerDrainNone {
 		if err := e.admin.DrainListeners(ctx, cfg.ListenerDrain == ListenerDrainInbound); err != nil {
 			// Not fatal: health checks already fail and connections already drain-close.
@@ -170,7 +219,11 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	// 3 and 4. Keep accepting for the minimum duration, then release once the work in flight is done.
 	topo := newTopologyReader(e.admin, log)
 	var stall adminStall
-	settled := time.Now().Add(cfg.MinDuration)
+	settled := failed.Add(cfg.MinDuration)
+	var quiet *quietWatch
+	if cfg.QuietPeriod > 0 {
+		quiet = newQuietWatch(cfg.QuietPeriod, failed)
+	}
 	st.Phase = PhaseMinDuration
 	e.publish(new(st))
 	for {
@@ -187,7 +240,13 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
 			}
 			st.Open, st.Listeners, st.Excluded, st.LastError = OpenCount(c.Open), c.Scopes, c.Excluded, ""
-			st.Groups, st.CountBasis = c.Groups, c.Basis
+			st.Groups, st.CountBasis, st.InFlight = c.Groups, c.Basis, new(c.Kinds)
+			if quiet != nil && quiet.ended == "" {
+				if cx, rq := quiet.observe(time.Now(), c.Watched, c.Basis); cx > 0 || rq > 0 {
+					e.metrics.newTraffic(cx, rq)
+					log.Debug("new traffic", "connections", cx, "requests", rq, "elapsed", since(d.started))
+				}
+			}
 		case errors.Is(err, envoyadmin.ErrUnreachable):
 			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
 			st.LastError = err.Error()
@@ -199,8 +258,23 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			}
 		}
 		now := time.Now()
-		if !now.Before(settled) {
+		if st.Phase == PhaseMinDuration && !now.Before(settled) {
+			ended(CauseElapsed, fmt.Sprintf("minimum %s after health checks failed", cfg.MinDuration))
 			st.Phase = PhaseWaiting
+			if quiet != nil {
+				st.Phase = PhaseQuiet
+			}
+		}
+		if st.Phase == PhaseQuiet && err == nil && quiet.met(now) {
+			quiet.ended = quiet.reason(now)
+			if !quiet.watched {
+				log.Warn("quiet period not applied", "reason", quiet.ended)
+			}
+			ended(CauseQuiet, quiet.ended)
+			st.Phase = PhaseWaiting
+		}
+		if quiet != nil {
+			st.Quiet = quiet.status(now)
 		}
 		e.publish(new(st))
 		if st.Phase == PhaseWaiting && err == nil && int64(st.Open) <= cfg.Threshold {
@@ -212,6 +286,9 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			next = min(next, settled.Sub(now)) // poll exactly when the minimum duration ends
 		case err == nil:
 			next = pollGap(took, cfg.Interval)
+		}
+		if st.Phase == PhaseQuiet && quiet.watched {
+			next = min(next, max(quiet.until().Sub(now), 0)) // and when the quiet period would end
 		}
 		// Whatever the flags and the phase, no poll comes sooner than minPollGap after the last one began.
 		next = max(next, minPollGap-time.Since(polled))
@@ -228,7 +305,11 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 					time.Since(stall.lastGood).Round(time.Millisecond), stall.fails,
 					stall.lastGood.UTC().Format(time.RFC3339Nano), openText(st.Open), st.LastError)
 			}
-			return finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, openText(st.Open))
+			if st.Phase == PhaseQuiet {
+				return finish(OutcomeTimeout, "deadline %s reached while new traffic still arrived (%s); %s",
+					cfg.Timeout, quiet.lastText(time.Now()), inFlightText(st))
+			}
+			return finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, inFlightText(st))
 		}
 	}
 }
@@ -380,6 +461,20 @@ func cancelCause(ctx context.Context) string {
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
+
+// inFlightText is openText with the kinds of work in flight: "3 in flight: 2 WebSocket/upgraded
+// connections still open, 1 request (or stream)".
+func inFlightText(st Status) string {
+	text := openText(st.Open)
+	if st.InFlight != nil && st.Open.Known() && st.Open > 0 {
+		if k := st.InFlight.Text(); k != "" {
+			text += ": " + k
+		}
+	}
+	return text
+}
+
+func slicesClip[T any](s []T) []T { return s[:len(s):len(s)] }
 
 func openText(n OpenCount) string {
 	if !n.Known() {

@@ -10,6 +10,7 @@ type Setting string
 const (
 	SettingDelay           Setting = "Delay"
 	SettingMinDuration     Setting = "MinDuration"
+	SettingQuietPeriod     Setting = "QuietPeriod"
 	SettingTimeout         Setting = "Timeout"
 	SettingInterval        Setting = "Interval"
 	SettingThreshold       Setting = "Threshold"

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -106,12 +105,9 @@ func (c *Client) Quit(ctx context.Context) error {
 	return err
 }
 
-// statsQuery asks for the gauges only, as JSON, filtered server-side.
-var statsQuery = url.Values{"filter": {ActiveFilter}, "format": {"json"}, "type": {"Gauges"}}.Encode()
-
-// Stats reads the live gauges selected by ActiveFilter.
+// Stats reads the stats selected by ActiveFilter (StatsQuery).
 func (c *Client) Stats(ctx context.Context) (Snapshot, error) {
-	body, err := c.do(ctx, http.MethodGet, "/stats", statsQuery)
+	body, err := c.do(ctx, http.MethodGet, "/stats", StatsQuery)
 	if err != nil {
 		return Snapshot{}, err
 	}

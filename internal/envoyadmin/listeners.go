@@ -39,12 +39,19 @@ type Listener struct {
 	HTTP []string
 	// NonHTTP is set if some filter chain ends in another network filter (TCP proxy, or one not recognised).
 	NonHTTP bool
+	// HealthCheck lists the HTTP managers of HTTP that run Envoy's health_check filter
+	// (envoy.filters.http.health_check): a readiness endpoint, whose requests are kubelet's probes and load
+	// balancers' health checks, not traffic. Sorted, without duplicates; nil if none.
+	HealthCheck []string
 }
 
 // CanonicalScope writes a stat scope the way Envoy 1.40 does: ':' as '_'. Envoy 1.36 writes a ':' of an
 // HTTP manager's stat_prefix as is ("http.a:b") and 1.40 as '_' ("http.a_b"); both write a listener's as '_'.
 // Comparing canonical scopes makes one Topology match the stats of both.
 func CanonicalScope(scope string) string { return strings.ReplaceAll(scope, ":", "_") }
+
+// healthCheckType is the type URL of the health_check HTTP filter's configuration.
+const healthCheckType = "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck"
 
 // hcmType is the type URL of the HTTP connection manager's configuration. Filter names are free-form in
 // Envoy's v3 API; the type is what makes a filter an HTTP connection manager.
@@ -83,8 +90,13 @@ type (
 	filterChain struct {
 		Filters []struct {
 			TypedConfig *struct {
-				Type       string `json:"@type"`
-				StatPrefix string `json:"stat_prefix"`
+				Type        string `json:"@type"`
+				StatPrefix  string `json:"stat_prefix"`
+				HTTPFilters []struct {
+					TypedConfig *struct {
+						Type string `json:"@type"`
+					} `json:"typed_config"`
+				} `json:"http_filters"`
 			} `json:"typed_config"`
 		} `json:"filters"`
 	}
@@ -130,6 +142,9 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 				continue
 			}
 			t.HTTP = append(t.HTTP, prefix)
+			if c.healthCheck() {
+				t.HealthCheck = append(t.HealthCheck, prefix)
+			}
 		}
 	}
 	for _, c := range *doc.Configs {
@@ -148,6 +163,8 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 	for _, t := range byScope {
 		slices.Sort(t.HTTP)
 		t.HTTP = slices.Compact(t.HTTP)
+		slices.Sort(t.HealthCheck)
+		t.HealthCheck = slices.Compact(t.HealthCheck)
 		topo.Listeners = append(topo.Listeners, *t)
 	}
 	slices.SortFunc(topo.Listeners, func(a, b Listener) int { return strings.Compare(a.Scope, b.Scope) })
@@ -203,4 +220,15 @@ func (c filterChain) httpManager() (string, bool) {
 		return "", false
 	}
 	return CanonicalScope("http." + tc.StatPrefix), true
+}
+
+// healthCheck reports whether the chain's HTTP manager runs the health_check filter. Call it only on a chain
+// httpManager accepts.
+func (c filterChain) healthCheck() bool {
+	for _, f := range c.Filters[len(c.Filters)-1].TypedConfig.HTTPFilters {
+		if f.TypedConfig != nil && f.TypedConfig.Type == healthCheckType {
+			return true
+		}
+	}
+	return false
 }

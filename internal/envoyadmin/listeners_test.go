@@ -241,3 +241,54 @@ func FuzzParseListenerConfig(f *testing.F) {
 		}
 	})
 }
+
+// listeners-readiness-<v>.json and stats-readiness-<v>.json are the testbed's Envoy with a readiness listener
+// (health_check filter) and a WebSocket open, written by
+// `go test ./test/integration -run TestReadinessListenerConfig -update`.
+func TestParseReadinessFixtures(t *testing.T) {
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo := parseFixture(t, "testdata/listeners-readiness-"+v+".json")
+			want := []Listener{
+				{Name: "ingress_http", Scope: "listener.ingress_http", HTTP: []string{"http.ingress_http"}},
+				{Name: "ingress_tcp", Scope: "listener.ingress_tcp", NonHTTP: true},
+				{Name: "ready", Scope: "listener.ready", HTTP: []string{"http.ready"}, HealthCheck: []string{"http.ready"}},
+			}
+			if !reflect.DeepEqual(topo.Listeners, want) {
+				t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", topo.Listeners, want)
+			}
+			snap := statsFixture(t, "testdata/stats-readiness-"+v+".json")
+			wantSnap := Snapshot{
+				Listeners:      map[string]int64{"listener.admin": 1, "listener.ingress_http": 1, "listener.ingress_tcp": 0, "listener.ready": 0},
+				ListenerTotals: map[string]int64{"listener.admin": snap.ListenerTotals["listener.admin"], "listener.ingress_http": 1, "listener.ingress_tcp": 0, "listener.ready": 2},
+				HTTP: map[string]HTTPGauges{
+					"http.admin":        {Connections: 1, Requests: 1, RequestsTotal: snap.HTTP["http.admin"].RequestsTotal},
+					"http.ingress_http": {Connections: 1, Requests: 1, Upgrades: 1, RequestsTotal: 1},
+					"http.ready":        {RequestsTotal: 2},
+				},
+			}
+			if !reflect.DeepEqual(snap, wantSnap) {
+				t.Errorf("ParseStats =\n%+v\nwant\n%+v", snap, wantSnap)
+			}
+			checkScopes(t, topo, snap)
+		})
+	}
+}
+
+func TestParseListenerConfigHealthCheck(t *testing.T) {
+	const hc = `{"name":"envoy.filters.http.health_check","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck"}}`
+	const router = `{"name":"r","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}`
+	hcm := func(prefix string, filters ...string) string {
+		return `{"filters":[{"typed_config":{"@type":"` + hcmType + `","stat_prefix":"` + prefix + `","http_filters":[` + strings.Join(filters, ",") + `]}}]}`
+	}
+	in := `{"configs":[{"static_listeners":[{"listener":{"name":"l","stat_prefix":"l","filter_chains":[` +
+		hcm("app", router) + `,` + hcm("probe", hc, router) + `,` + hcm("probe", hc) + `]}}]}]}`
+	got, err := ParseListenerConfig(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Listener{{Name: "l", Scope: "listener.l", HTTP: []string{"http.app", "http.probe"}, HealthCheck: []string{"http.probe"}}}
+	if !reflect.DeepEqual(got.Listeners, want) {
+		t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", got.Listeners, want)
+	}
+}

@@ -62,8 +62,13 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 	took := r.Duration.Round(time.Millisecond)
 	switch r.Outcome {
 	case drain.OutcomeDrained:
-		return Event{Type: corev1.EventTypeNormal, Reason: ReasonDrained,
-			Note: Note(fmt.Sprintf("drained in %s, %s left", took, openText(r.Open)))}
+		note := fmt.Sprintf("drained in %s, %s left", took, openText(r.Open))
+		for _, p := range r.Phases {
+			if p.Phase == drain.PhaseQuiet {
+				note += "; " + p.Reason // why the quiet period ended: "no new connection for 3s, 7.2s after health checks failed"
+			}
+		}
+		return Event{Type: corev1.EventTypeNormal, Reason: ReasonDrained, Note: Note(note)}
 	case drain.OutcomeTimeout:
 		text := r.Reason
 		if st.Started != nil && st.Started.Equal(d.Started()) {
@@ -91,8 +96,11 @@ func inFlight(st drain.Status) string {
 				continue
 			}
 			var what []string
-			if g.Requests > 0 {
-				what = append(what, plural(g.Requests, "request"))
+			if g.Upgraded > 0 {
+				what = append(what, plural(g.Upgraded, "WebSocket/upgraded connection"))
+			}
+			if rq := g.Requests - g.Upgraded; rq > 0 {
+				what = append(what, plural(rq, "request"))
 			}
 			if g.NonHTTP > 0 {
 				what = append(what, plural(g.NonHTTP, "non-HTTP connection"))

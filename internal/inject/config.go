@@ -79,6 +79,7 @@ const (
 const (
 	DefaultDrainDelay       = drain.DefaultDelay
 	DefaultMinDrainDuration = drain.DefaultMinDuration
+	DefaultQuietPeriod      = drain.DefaultQuietPeriod
 )
 
 // DefaultEnvoyCommand is Envoy's command in agent mode when its container sets none: `envoy` on PATH, as in
@@ -114,6 +115,7 @@ type Config struct {
 type Drain struct {
 	Delay              *time.Duration
 	MinDuration        *time.Duration
+	QuietPeriod        *time.Duration
 	Timeout            *time.Duration // nil = derived from terminationGracePeriodSeconds
 	MinOpenConnections *int64
 	Count              string
@@ -134,6 +136,7 @@ const (
 	AnnotationAdminAddress       = Prefix + "admin-address"
 	AnnotationDrainDelay         = Prefix + "drain-delay"
 	AnnotationMinDrainDuration   = Prefix + "min-drain-duration"
+	AnnotationQuietPeriod        = Prefix + "quiet-period"
 	AnnotationDrainTimeout       = Prefix + "drain-timeout"
 	AnnotationMinOpenConnections = Prefix + "min-open-connections"
 	AnnotationCount              = Prefix + "count"
@@ -155,6 +158,7 @@ func (c Config) Validate() error {
 type settings struct {
 	Config
 	minDuration time.Duration // effective, for the grace period
+	quiet       time.Duration
 	delay       time.Duration
 	takeover    *Takeover // what takeOver removed, for the status annotation
 }
@@ -208,6 +212,7 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 		{"metrics port", validPort(s.MetricsPort)},
 		{"drain delay", nonNegative(s.Drain.Delay)},
 		{"minimum drain duration", nonNegative(s.Drain.MinDuration)},
+		{"quiet period", nonNegative(s.Drain.QuietPeriod)},
 	}
 	for _, c := range checks {
 		if c.err != nil {
@@ -229,6 +234,17 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	}
 	if s.Drain.MinDuration != nil {
 		s.minDuration = *s.Drain.MinDuration
+	}
+	s.quiet = DefaultQuietPeriod
+	if s.Drain.QuietPeriod != nil {
+		s.quiet = *s.Drain.QuietPeriod
+	}
+	if t := s.Drain.Timeout; t != nil && s.quiet > s.minDuration && *t <= s.delay+s.quiet {
+		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the quiet period (%s)", *t, s.delay+s.quiet)
+		if v, ok := annotations[AnnotationDrainTimeout]; ok {
+			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
+		}
+		return settings{}, err
 	}
 	if t := s.Drain.Timeout; t != nil && *t <= s.delay+s.minDuration {
 		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, s.delay+s.minDuration)
@@ -296,7 +312,7 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(err)
 			}
 			s.AdminAddress = v
-		case AnnotationDrainDelay, AnnotationMinDrainDuration, AnnotationDrainTimeout:
+		case AnnotationDrainDelay, AnnotationMinDrainDuration, AnnotationQuietPeriod, AnnotationDrainTimeout:
 			d, err := time.ParseDuration(v)
 			if err != nil {
 				return bad(fmt.Errorf("not a duration such as 5s or 1m30s"))
@@ -309,6 +325,8 @@ func (s *settings) annotations(a map[string]string) error {
 				s.Drain.Delay = &d
 			case AnnotationMinDrainDuration:
 				s.Drain.MinDuration = &d
+			case AnnotationQuietPeriod:
+				s.Drain.QuietPeriod = &d
 			default:
 				s.Drain.Timeout = &d
 			}
@@ -347,7 +365,7 @@ func (s *settings) annotations(a map[string]string) error {
 var knownAnnotations = []string{
 	AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
 	AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationAdminAddress, AnnotationDrainDelay,
-	AnnotationMinDrainDuration, AnnotationDrainTimeout, AnnotationMinOpenConnections, AnnotationCount,
+	AnnotationMinDrainDuration, AnnotationQuietPeriod, AnnotationDrainTimeout, AnnotationMinOpenConnections, AnnotationCount,
 	AnnotationListenerExclude, AnnotationTakeover, AnnotationStatus,
 }
 

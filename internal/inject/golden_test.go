@@ -54,7 +54,7 @@ var goldenCases = []struct {
 	{"image-pull-policy", func(c *Config) { c.ImagePullPolicy = corev1.PullNever; c.BinaryFrom = BinaryImageVolume }},
 	{"flags-drain", func(c *Config) {
 		c.AdminAddress = "unix:///var/run/envoy/admin.sock"
-		c.Drain = Drain{Delay: dur("2s"), MinDuration: dur("0s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
+		c.Drain = Drain{Delay: dur("2s"), MinDuration: dur("0s"), QuietPeriod: dur("1s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
 	}},
 	// Per-pod annotations, valid and not.
 	{"annotations-drain", nil},

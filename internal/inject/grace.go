@@ -52,7 +52,7 @@ func planGrace(s settings, current *int64) gracePlan {
 	if s.Drain.Timeout != nil {
 		timeout = *s.Drain.Timeout
 	} else {
-		timeout = max(have-margin, s.delay+s.minDuration+minWait)
+		timeout = max(have-margin, s.delay+max(s.minDuration, s.quiet)+minWait)
 	}
 	need := int64(math.Ceil((timeout + margin).Seconds()))
 	if need <= int64(have/time.Second) {

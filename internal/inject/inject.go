@@ -287,6 +287,9 @@ func (s settings) drainArgs() []string {
 	if d := s.Drain.MinDuration; d != nil {
 		args = append(args, "--min-drain-duration="+d.String())
 	}
+	if d := s.Drain.QuietPeriod; d != nil {
+		args = append(args, "--quiet-period="+d.String())
+	}
 	if n := s.Drain.MinOpenConnections; n != nil {
 		args = append(args, "--min-open-connections="+strconv.FormatInt(*n, 10))
 	}

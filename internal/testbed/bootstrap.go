@@ -40,6 +40,9 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string)
 			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
 		}},
 	}
+	if opts.WebSocket {
+		ingress["upgrade_configs"] = []any{map[string]any{"upgrade_type": "websocket"}}
+	}
 	if opts.HTTPIdleTimeout > 0 {
 		ingress["common_http_protocol_options"] = map[string]any{"idle_timeout": durationJSON(opts.HTTPIdleTimeout)}
 	}
@@ -117,7 +120,43 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string)
 		}
 		res["listeners"] = append(res["listeners"].([]any), l)
 	}
+	if opts.ReadinessListener {
+		res["listeners"] = append(res["listeners"].([]any), listener(ReadinessListener, readinessManager()))
+	}
 	return b
+}
+
+// readinessManager is an HTTP manager (stat_prefix ReadinessListener) whose health_check filter answers
+// ReadinessPath itself (not passed through); every other path answers 404.
+func readinessManager() map[string]any {
+	return map[string]any{
+		"name": "envoy.filters.network.http_connection_manager",
+		"typed_config": map[string]any{
+			"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+			"stat_prefix": ReadinessListener,
+			"route_config": map[string]any{
+				"name":          ReadinessListener,
+				"virtual_hosts": []any{map[string]any{"name": "all", "domains": []any{"*"}}},
+			},
+			"http_filters": []any{
+				map[string]any{
+					"name": "envoy.filters.http.health_check",
+					"typed_config": map[string]any{
+						"@type":             "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
+						"pass_through_mode": false,
+						"headers": []any{map[string]any{
+							"name":         ":path",
+							"string_match": map[string]any{"exact": ReadinessPath},
+						}},
+					},
+				},
+				map[string]any{
+					"name":         "envoy.filters.http.router",
+					"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+				},
+			},
+		},
+	}
 }
 
 // tcpProxy returns a tcp_proxy filter with the given stat_prefix to TCPCluster.

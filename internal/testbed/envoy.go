@@ -51,6 +51,13 @@ const (
 	MixedTCPSource = "127.0.0.2"
 )
 
+// The listener Options.ReadinessListener adds: listener and HTTP manager stat_prefix "ready"
+// ("listener.ready.*", "http.ready.*"), the health_check filter answering ReadinessPath.
+const (
+	ReadinessListener = "ready"
+	ReadinessPath     = "/ready"
+)
+
 // Names of the clusters in the bootstrap [Start] writes.
 const (
 	HTTPCluster = "upstream_http" // the Upstream's HTTPAddr, HTTP/1.1
@@ -130,6 +137,13 @@ type Options struct {
 	SharedPrefixListener bool
 	// MixedListener adds the listener [MixedListener], whose filter chains mix an HTTP manager and a TCP proxy.
 	MixedListener bool
+	// ReadinessListener adds the listener [ReadinessListener]: an HTTP manager running Envoy's health_check
+	// filter on [ReadinessPath] (200 while Envoy's health checks pass, 503 once they fail), as Envoy Gateway's
+	// and the README's readiness listeners do.
+	ReadinessListener bool
+	// WebSocket lets HTTPListener's HTTP manager upgrade connections to WebSockets (upgrade_configs), which
+	// the Upstream answers at [WebSocketPath].
+	WebSocket bool
 	// DynamicListeners gives Envoy a file-based LDS (Dir/lds.json, without listeners at start), to which
 	// [Envoy.AddHTTPListener] adds listeners while it runs.
 	DynamicListeners bool

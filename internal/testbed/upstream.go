@@ -19,6 +19,7 @@ const MaxSleep = 10 * time.Minute
 //     GET / answers 200 "ok";
 //     GET /sleep?d=3s sleeps d (a Go duration, at most [MaxSleep]), or until
 //     the request's context is done, then answers 200 "slept".
+//     GET /ws upgrades to a WebSocket that echoes ([WebSocketPath]).
 //     Any other path answers 404.
 //   - TCPAddr echoes every byte back until the peer closes.
 //
@@ -60,6 +61,7 @@ func StartUpstreamOn(httpAddr, tcpAddr string) (*Upstream, error) {
 		io.WriteString(w, "ok")
 	})
 	mux.HandleFunc("GET /sleep", handleSleep)
+	mux.HandleFunc("GET "+WebSocketPath, handleWebSocket)
 	u := &Upstream{
 		HTTPAddr: httpLn.Addr().String(),
 		TCPAddr:  tcpLn.Addr().String(),

@@ -46,7 +46,7 @@ func exitOf(t *testing.T, e *testbed.Envoy, d time.Duration) (int, time.Duration
 // SIGTERM under load: the manager drains, stops Envoy, and exits 0; no client request fails.
 func TestAgentSIGTERMUnderLoad(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
-		e, _ := agent(t, bin, "--min-drain-duration", "1s", "--check-interval", "100ms", "--drain-timeout", "30s")
+		e, _ := agent(t, bin, "--min-drain-duration", "1s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		loads := []*testbed.Load{
@@ -87,7 +87,7 @@ func TestAgentSIGTERMUnderLoad(t *testing.T) {
 func TestAgentShutdownEndpoint(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		sock := "unix://" + filepath.Join(shortTempDir(t), "api.sock")
-		e, _ := agent(t, bin, "--listen", sock, "--min-drain-duration", "500ms", "--check-interval", "100ms")
+		e, _ := agent(t, bin, "--listen", sock, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		long := testbed.Long(ctx, e.HTTPAddr, 1, 2*time.Second)
@@ -128,7 +128,7 @@ func TestAgentEnvoyKilled(t *testing.T) {
 // A connection that never closes: the manager exits at the drain deadline plus the stop, not later.
 func TestAgentDeadlineWithStuckConnection(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
-		e, _ := agent(t, bin, "--min-drain-duration", "500ms", "--check-interval", "100ms", "--drain-timeout", "2s", "--stop-timeout", "1s")
+		e, _ := agent(t, bin, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "2s", "--stop-timeout", "1s")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		holdTCP(ctx, t, e, 45*time.Second)
@@ -193,7 +193,7 @@ echo ready
 while :; do sleep 0.05; done`
 	var stdout safeBuffer
 	cmd := exec.Command(smBin, "run", "--log-level", "debug", "--admin-address", "unix://"+dir+"/none.sock",
-		"--min-drain-duration", "0s", "--drain-timeout", "30s", "--stop-timeout", "1s", "--", "sh", "-c", script)
+		"--min-drain-duration", "0s", "--quiet-period", "0s", "--drain-timeout", "30s", "--stop-timeout", "1s", "--", "sh", "-c", script)
 	cmd.Stdout = &stdout
 	var stderr safeBuffer
 	cmd.Stderr = &stderr

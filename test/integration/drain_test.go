@@ -138,7 +138,7 @@ func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
 		defer cancel()
 		first := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second)
 		waitInFlight(t, e, 5)
-		p, a := serve(t, e, "--drain-delay", "500ms", "--min-drain-duration", "1500ms", "--check-interval", "100ms", "--drain-timeout", "30s")
+		p, a := serve(t, e, "--drain-delay", "500ms", "--min-drain-duration", "1500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
 		shutdown := make(chan int, 1)
 		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
 
@@ -235,7 +235,7 @@ func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
 		})
 		t.Run("past the deadline", func(t *testing.T) {
 			holdTCP(ctx, t, e, 30*time.Second)
-			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "500ms", "--check-interval", "100ms", "--drain-timeout", "2s")
+			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "2s")
 			f := p.finished(t, 10*time.Second)
 			if code := p.wait(t, 5*time.Second); code != 1 {
 				t.Errorf("exit code %d, want 1 (timed out)", code)
@@ -372,7 +372,7 @@ func TestAdminStopsAnswering(t *testing.T) {
 		t.Run("until the deadline", func(t *testing.T) {
 			e := startEnvoy(t, bin, testbed.Options{})
 			t.Cleanup(func() { _ = e.Signal(syscall.SIGCONT) }) // before Stop: a stopped Envoy ignores SIGTERM
-			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "2s", "--check-interval", "100ms",
+			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "2s", "--quiet-period", "0s", "--check-interval", "100ms",
 				"--drain-timeout", "5s", "--admin-timeout", "300ms", "--log-level", "debug")
 			first := p.waitLog(t, "work in flight", 10*time.Second) // the first count read, during the minimum duration
 			if open, _ := first["open"].(float64); open != 0 {
@@ -400,7 +400,7 @@ func TestAdminStopsAnswering(t *testing.T) {
 		t.Run("and answers again", func(t *testing.T) {
 			e := startEnvoy(t, bin, testbed.Options{})
 			t.Cleanup(func() { _ = e.Signal(syscall.SIGCONT) })
-			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "2s", "--check-interval", "100ms",
+			p := start(t, "drain", "--admin-address", e.AdminURL, "--min-drain-duration", "2s", "--quiet-period", "0s", "--check-interval", "100ms",
 				"--drain-timeout", "30s", "--admin-timeout", "300ms", "--log-level", "debug")
 			p.waitLog(t, "work in flight", 10*time.Second)
 			if err := e.Signal(syscall.SIGSTOP); err != nil {

@@ -383,7 +383,7 @@ func TestEventsOfTheAgent(t *testing.T) {
 			name, value, _ := strings.Cut(kv, "=")
 			t.Setenv(name, value)
 		}
-		e, _ := agent(t, bin, "--kubeconfig", api.Kubeconfig, "--min-drain-duration", "1s", "--check-interval", "100ms", "--drain-timeout", "30s")
+		e, _ := agent(t, bin, "--kubeconfig", api.Kubeconfig, "--min-drain-duration", "1s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
 		if err := e.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

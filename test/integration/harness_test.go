@@ -112,9 +112,10 @@ func shortTempDir(t *testing.T) string {
 	return dir
 }
 
-// fast are drain flags that keep tests short; each test adds what it is about.
+// fast are drain flags that keep tests short; each test adds what it is about. The quiet period is off
+// (its default, 3s, would hold every drain with traffic 3s past its last request): quiet_test.go tests it.
 func fast(extra ...string) []string {
-	return append([]string{"--min-drain-duration", "1s", "--check-interval", "100ms", "--drain-timeout", "30s", "--log-level", "debug"}, extra...)
+	return append([]string{"--min-drain-duration", "1s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s", "--log-level", "debug"}, extra...)
 }
 
 // logLine is one JSON log line of shutdown-manager.

@@ -25,7 +25,7 @@ func TestNoEnvoyMeansEnvoyGoneAtOnce(t *testing.T) {
 		"socket missing": "unix://" + filepath.Join(t.TempDir(), "admin.sock"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			p := start(t, "drain", "--admin-address", admin, "--min-drain-duration", "1s", "--drain-timeout", "60s")
+			p := start(t, "drain", "--admin-address", admin, "--min-drain-duration", "1s", "--quiet-period", "0s", "--drain-timeout", "60s")
 			f := p.finished(t, 20*time.Second)
 			if code := p.wait(t, 5*time.Second); code != 0 {
 				t.Errorf("exit code %d, want 0", code)
@@ -67,7 +67,7 @@ func TestHungAdminIsNotEnvoyGone(t *testing.T) {
 			c.Close()
 		}
 	})
-	p := start(t, "drain", "--admin-address", "http://"+ln.Addr().String(), "--min-drain-duration", "0s",
+	p := start(t, "drain", "--admin-address", "http://"+ln.Addr().String(), "--min-drain-duration", "0s", "--quiet-period", "0s",
 		"--drain-timeout", "3s", "--admin-timeout", "200ms")
 	f := p.finished(t, 20*time.Second)
 	if code := p.wait(t, 5*time.Second); code != 1 {
@@ -227,7 +227,7 @@ func TestSecondSignalCancelsWithATrueReason(t *testing.T) {
 		holdTCP(ctx, t, e, 50*time.Second)
 
 		t.Run("serve", func(t *testing.T) {
-			p, a := serve(t, e, fast("--min-drain-duration", "0s")...)
+			p, a := serve(t, e, fast("--min-drain-duration", "0s", "--quiet-period", "0s")...)
 			shutdown := make(chan string, 1)
 			go func() { code, body, _ := a.get(ctx, "/shutdown"); shutdown <- strconv.Itoa(code) + " " + body }()
 			a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "waiting" && s.Open == 1 })
@@ -247,7 +247,7 @@ func TestSecondSignalCancelsWithATrueReason(t *testing.T) {
 			}
 		})
 		t.Run("drain", func(t *testing.T) {
-			p := start(t, append([]string{"drain", "--admin-address", e.AdminURL}, fast("--min-drain-duration", "0s")...)...)
+			p := start(t, append([]string{"drain", "--admin-address", e.AdminURL}, fast("--min-drain-duration", "0s", "--quiet-period", "0s")...)...)
 			p.waitLog(t, "envoy health checks failing", 10*time.Second)
 			if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 				t.Fatal(err)
@@ -272,7 +272,7 @@ func TestStatusAfterRestartMidDrain(t *testing.T) {
 		defer cancel()
 		holdTCP(ctx, t, e, 50*time.Second)
 
-		p, a := serve(t, e, fast("--min-drain-duration", "0s")...)
+		p, a := serve(t, e, fast("--min-drain-duration", "0s", "--quiet-period", "0s")...)
 		go a.get(ctx, "/shutdown")
 		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "waiting" && s.Open == 1 })
 		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {

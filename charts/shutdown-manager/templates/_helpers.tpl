@@ -86,6 +86,9 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- with $i.minDrainDuration }}
 - {{ printf "--min-drain-duration=%v" . | quote }}
 {{- end }}
+{{- with $i.quietPeriod }}
+- {{ printf "--quiet-period=%v" . | quote }}
+{{- end }}
 {{- with $i.drainTimeout }}
 - {{ printf "--drain-timeout=%v" . | quote }}
 {{- end }}

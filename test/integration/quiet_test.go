@@ -1,0 +1,137 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// newConnections sends one request every gap on a new connection (as a load balancer passing TCP through
+// opens one per request) to addr+path until stop, or until ctx ends.
+func newConnections(ctx context.Context, t *testing.T, addr, path string, gap time.Duration, stop time.Time) <-chan struct{} {
+	done := make(chan struct{})
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	go func() {
+		defer close(done)
+		for time.Now().Before(stop) && ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+			if resp, err := c.Do(req); err == nil {
+				resp.Body.Close()
+			}
+			select {
+			case <-time.After(gap):
+			case <-ctx.Done():
+			}
+		}
+	}()
+	t.Cleanup(func() { <-done })
+	return done
+}
+
+// How long a drain with the default floor (--min-drain-duration 5s) and quiet period (--quiet-period 3s)
+// takes on the real Envoy: with no traffic; with traffic that stops 1s after the drain starts (kube-proxy's
+// propagation); with traffic that stops at 8s (a load balancer still sending after the floor); with sparse
+// traffic (a request every 2.5s) until 9s; and with readiness probes every 200ms throughout (never traffic).
+// The figures are the measurement behind drain.DefaultQuietPeriod; each case checks them within a second.
+func TestQuietPeriodDefaults(t *testing.T) {
+	if drain.DefaultMinDuration != 5*time.Second || drain.DefaultQuietPeriod != 3*time.Second {
+		t.Fatalf("the defaults changed (%s, %s): measure again and update this test and DefaultQuietPeriod's comment",
+			drain.DefaultMinDuration, drain.DefaultQuietPeriod)
+	}
+	cases := []struct {
+		name      string
+		path      string // "" = no traffic
+		probes    bool
+		gap, stop time.Duration
+		want      time.Duration // the drain's duration, within a second after it
+	}{
+		{name: "no-traffic", want: 5 * time.Second},
+		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second, want: 5 * time.Second},
+		// The last request goes out just before 8s: released 3s after it.
+		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, want: 10500 * time.Millisecond},
+		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, want: 10500 * time.Millisecond},
+		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute, want: 5 * time.Second},
+	}
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := startEnvoy(t, bin, readinessOptions)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				p := start(t, "drain", "--admin-address", e.AdminURL, "--log-level", "debug")
+				p.waitLog(t, "drain started", 10*time.Second)
+				began := time.Now()
+				switch {
+				case tc.probes:
+					newConnections(ctx, t, e.ListenerAddrs[testbed.ReadinessListener], testbed.ReadinessPath, tc.gap, began.Add(tc.stop))
+				case tc.path != "":
+					newConnections(ctx, t, e.HTTPAddr, tc.path, tc.gap, began.Add(tc.stop))
+				}
+				f := p.finished(t, 70*time.Second)
+				if f.Outcome != "drained" {
+					t.Fatalf("outcome %s (%s), want drained", f.Outcome, f.Reason)
+				}
+				quiet := p.waitLog(t, "drain phase ended", time.Second) // the first; find the quiet one below
+				for _, l := range p.logLines() {
+					if l.str("msg") == "drain phase ended" && l.str("phase") == "quiet" {
+						quiet = l
+					}
+				}
+				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, quiet.str("reason"))
+				if f.Duration < tc.want || f.Duration > tc.want+time.Second {
+					t.Errorf("drain took %s, want %s to %s", f.Duration, tc.want, tc.want+time.Second)
+				}
+			})
+		}
+	})
+}
+
+// A WebSocket held past the deadline: the drain counts it (an upgraded connection is work in flight),
+// releases at the deadline, and says what was open, by kind, in its reason; /status shows the kind.
+func TestWebSocketHeldPastDeadline(t *testing.T) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, readinessOptions)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ws, err := testbed.OpenWebSockets(ctx, e.HTTPAddr, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		waitStat(t, e, "http.ingress_http.downstream_cx_upgrades_active", 2)
+
+		p, a := serve(t, e, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "3s")
+		go a.get(ctx, "/shutdown") //nolint:errcheck // the drain's outcome is read from the log and /status
+		var kinds struct {
+			InFlight *drain.Kinds `json:"in_flight"`
+		}
+		a.waitStatus(t, 5*time.Second, func(st status) bool { return st.State == string(drain.PhaseWaiting) })
+		if _, body, err := a.get(ctx, "/status"); err != nil || json.Unmarshal([]byte(body), &kinds) != nil || kinds.InFlight == nil ||
+			*kinds.InFlight != (drain.Kinds{Upgraded: 2}) {
+			t.Errorf("/status in_flight = %+v (%v), want 2 upgraded connections: %s", kinds.InFlight, err, body)
+		}
+		f := p.finished(t, 10*time.Second)
+		if f.Outcome != "timeout" || f.Duration < 3*time.Second || f.Duration > 3500*time.Millisecond {
+			t.Errorf("outcome %s after %s, want timeout at the 3s deadline", f.Outcome, f.Duration)
+		}
+		if want := "deadline 3s reached with 2 in flight: 2 WebSocket/upgraded connections still open"; f.Reason != want {
+			t.Errorf("reason %q, want %q", f.Reason, want)
+		}
+		if n := ws.Open(2 * time.Second); n != 2 {
+			t.Errorf("%d of 2 WebSockets still echo after the release, want 2: Envoy closes no upgraded connection on a drain", n)
+		}
+	})
+}
+
+// logLines returns the JSON log lines so far.
+func (p *proc) logLines() []logLine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]logLine(nil), p.lines...)
+}

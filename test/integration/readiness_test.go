@@ -1,0 +1,108 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// readinessOptions is an Envoy with a readiness listener (an HTTP manager running the health_check filter)
+// beside the HTTP listener, whose manager upgrades WebSockets.
+var readinessOptions = testbed.Options{ReadinessListener: true, WebSocket: true}
+
+// On each real Envoy, the listener configuration marks the readiness listener's HTTP manager as a health
+// check (and no other), and the drain's stats query returns the counters and gauges the quiet period and the
+// kinds of work in flight need: each listener's downstream_cx_total, each manager's downstream_rq_total and
+// downstream_cx_upgrades_active (one open WebSocket). With -update the answers become the fixtures
+// listeners-readiness-<version>.json and stats-readiness-<version>.json of the envoyadmin and drain unit tests.
+func TestReadinessListenerConfig(t *testing.T) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, readinessOptions)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		ws, err := testbed.OpenWebSockets(ctx, e.HTTPAddr, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ws.Close()
+		probe(t, e, 2)
+		waitStat(t, e, "http.ingress_http.downstream_cx_upgrades_active", 1)
+
+		config, err := e.AdminGet(ctx, "/config_dump?"+envoyadmin.ListenerConfigQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats, err := e.AdminGet(ctx, "/stats?"+envoyadmin.StatsQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo, err := envoyadmin.ParseListenerConfig(strings.NewReader(string(config)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := map[string][]string{}
+		for _, l := range topo.Listeners {
+			if l.HealthCheck != nil {
+				hc[l.Scope] = l.HealthCheck
+			}
+		}
+		if want := map[string][]string{"listener.ready": {"http.ready"}}; !reflect.DeepEqual(hc, want) {
+			t.Errorf("health-check managers by listener = %v, want %v", hc, want)
+		}
+		snap, err := envoyadmin.ParseStats(strings.NewReader(string(stats)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := snap.HTTP["http.ingress_http"]; g.Upgrades != 1 || g.Requests != 1 || g.RequestsTotal != 1 {
+			t.Errorf("http.ingress_http = %+v, want 1 upgrade, 1 request in flight, 1 request in all", g)
+		}
+		if g := snap.HTTP["http.ready"]; g.RequestsTotal != 2 {
+			t.Errorf("http.ready = %+v, want 2 requests in all", g)
+		}
+		if snap.ListenerTotals["listener.ready"] != 2 || snap.ListenerTotals["listener.ingress_http"] != 1 {
+			t.Errorf("listener totals = %v, want 2 on listener.ready and 1 on listener.ingress_http", snap.ListenerTotals)
+		}
+		if strings.Contains(string(stats), "histograms") {
+			t.Errorf("the poll's answer holds histograms: %s", stats)
+		}
+		gauges, err := e.AdminGet(ctx, "/stats?"+url.Values{"filter": {`^(listener|http)\..*\.downstream_(cx|rq)_active$`}, "format": {"json"}, "type": {"Gauges"}}.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("envoy %s: the poll's answer is %d bytes (%d with the gauges of work in flight only)", bin.Version, len(stats), len(gauges))
+		if *update {
+			dir := filepath.Join("..", "..", "internal", "envoyadmin", "testdata")
+			for name, body := range map[string][]byte{"listeners-readiness-" + bin.Version + ".json": config, "stats-readiness-" + bin.Version + ".json": stats} {
+				if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// probe sends n readiness probes to the readiness listener, each on a new connection (as kubelet does), and
+// returns the last status code.
+func probe(t *testing.T, e *testbed.Envoy, n int) int {
+	t.Helper()
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	code := 0
+	for range n {
+		resp, err := c.Get("http://" + e.ListenerAddrs[testbed.ReadinessListener] + testbed.ReadinessPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		code = resp.StatusCode
+	}
+	return code
+}
