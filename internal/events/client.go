@@ -21,13 +21,14 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 )
 
-// Environment variables naming the manager's Pod: `shutdown-manager inject` sets them from the downward API.
+// Environment variables naming the manager's Pod (internal/podenv): `shutdown-manager inject` sets them from
+// the downward API.
 const (
-	EnvPodName      = inject.EnvPodName
-	EnvPodNamespace = inject.EnvPodNamespace
+	EnvPodName      = podenv.Name
+	EnvPodNamespace = podenv.Namespace
 )
 
 // Controller is the Events' reportingController.
