@@ -15,7 +15,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
@@ -130,11 +129,11 @@ type ownerEvents struct {
 func (o ownerEvents) NotInjected(ctx context.Context, owner webhook.Owner, message string) {
 	o.log.NotInjected(ctx, owner, message)
 	o.rec.Record(events.Event{
-		Type:   corev1.EventTypeWarning,
+		Type:   events.TypeWarning,
 		Reason: webhook.ReasonNotInjected,
 		Note:   message,
 		Action: "Inject",
-		Regarding: &corev1.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace,
-			Name: owner.Name, UID: owner.UID},
+		Regarding: &events.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace,
+			Name: owner.Name, UID: string(owner.UID)},
 	})
 }

@@ -2,7 +2,6 @@ package events
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,22 +11,14 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 )
 
-// Environment variables naming the manager's Pod: `shutdown-manager inject` sets them from the downward API.
+// Environment variables naming the manager's Pod (internal/podenv): `shutdown-manager inject` sets them from
+// the downward API.
 const (
-	EnvPodName      = inject.EnvPodName
-	EnvPodNamespace = inject.EnvPodNamespace
+	EnvPodName      = podenv.Name
+	EnvPodNamespace = podenv.Namespace
 )
 
 // Controller is the Events' reportingController.
@@ -48,7 +39,7 @@ const (
 
 // Config says where to send Events, and about which Pod.
 type Config struct {
-	Kubeconfig string // a kubeconfig file; "" = the in-cluster config (the pod's ServiceAccount)
+	Kubeconfig string // a kubeconfig file (readKubeconfig says what of it is read); "" = the pod's ServiceAccount
 	Pod        string // the Pod's name (EnvPodName)
 	Namespace  string // the Pod's namespace (EnvPodNamespace)
 	Component  string // which command reports ("serve", "drain", "run"): the Events' reportingInstance with the pod
@@ -58,8 +49,8 @@ type Config struct {
 	Others bool
 }
 
-// sendFunc creates one Event in the API server.
-type sendFunc func(ctx context.Context, ev *eventsv1.Event) error
+// sendFunc creates one Event in the API server. Its error is an *apiError when the API server refused it.
+type sendFunc func(ctx context.Context, ev *apiEvent) error
 
 // Client sends Events about one Pod to the API server (events.k8s.io/v1), from one goroutine of its own,
 // in the order they were recorded. Record never blocks. A Client without access records nothing.
@@ -67,7 +58,7 @@ type Client struct {
 	cfg     Config
 	log     *slog.Logger
 	send    sendFunc // nil: disabled
-	queue   chan eventsv1.Event
+	queue   chan apiEvent
 	stop    chan struct{} // closed by Close: send what is queued, then return
 	ctx     context.Context
 	cancel  context.CancelFunc // cuts the request in flight at CloseWait
@@ -78,7 +69,7 @@ type Client struct {
 	sent    atomic.Int64
 	// refused counts the Events the API server refused, by the reason of its answer (Forbidden, Invalid, …);
 	// written by the sending goroutine only, read by Close after it has returned.
-	refused map[metav1.StatusReason]int
+	refused map[string]int
 }
 
 // New returns a Client for cfg. It never fails: without a pod name and namespace, or without an API server
@@ -95,8 +86,8 @@ func New(cfg Config, log *slog.Logger) *Client {
 
 func newClient(cfg Config, log *slog.Logger, send sendFunc) *Client {
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Client{cfg: cfg, log: log, send: send, queue: make(chan eventsv1.Event, QueueSize),
-		stop: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), refused: map[metav1.StatusReason]int{}}
+	c := &Client{cfg: cfg, log: log, send: send, queue: make(chan apiEvent, QueueSize),
+		stop: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), refused: map[string]int{}}
 	go c.run()
 	return c
 }
@@ -110,7 +101,7 @@ func (c *Client) Record(e Event) {
 		return
 	}
 	now := time.Now()
-	about := corev1.ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace}
+	about := ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace}
 	if e.Regarding != nil {
 		about = *e.Regarding
 	} else if c.cfg.Others {
@@ -121,9 +112,11 @@ func (c *Client) Record(e Event) {
 	if action == "" {
 		action = "Drain"
 	}
-	ev := eventsv1.Event{
-		ObjectMeta:          metav1.ObjectMeta{Name: eventName(about.Name, now), Namespace: about.Namespace},
-		EventTime:           metav1.NewMicroTime(now),
+	ev := apiEvent{
+		APIVersion:          "events.k8s.io/v1",
+		Kind:                "Event",
+		objectMeta:          objectMeta{Name: eventName(about.Name, now), Namespace: about.Namespace},
+		EventTime:           microTime{now},
 		Regarding:           about,
 		ReportingController: Controller,
 		ReportingInstance:   instance(c.cfg),
@@ -199,7 +192,7 @@ func (c *Client) run() {
 	}
 }
 
-func (c *Client) deliver(ev eventsv1.Event) {
+func (c *Client) deliver(ev apiEvent) {
 	if c.ctx.Err() != nil { // Close gave up waiting
 		c.dropped.Add(1)
 		return
@@ -219,22 +212,19 @@ func (c *Client) deliver(ev eventsv1.Event) {
 	// One warning per reason of refusal: an API server that refuses once for a reason (RBAC: Forbidden)
 	// refuses every time, and the log is the drain's, not the Events'; another reason (Invalid: an Event the
 	// API server will not take) is news. Close says how many were refused for each.
-	why := apierrors.ReasonForError(err)
-	if why == metav1.StatusReasonUnknown {
-		why = "Error" // no answer from the API server: a network error, a timeout
-	}
+	why := refusal(err)
 	c.refused[why]++
 	if c.refused[why] == 1 {
 		c.warned.Store(true)
 		c.log.Warn("cannot record kubernetes events; going on without them (logged once per reason of refusal)",
-			"reason", ev.Reason, "refusal", string(why), "pod", c.cfg.Namespace+"/"+c.cfg.Pod, "err", err)
+			"reason", ev.Reason, "refusal", why, "pod", c.cfg.Namespace+"/"+c.cfg.Pod, "err", err)
 		return
 	}
-	c.log.Debug("kubernetes event not recorded", "reason", ev.Reason, "refusal", string(why), "err", err)
+	c.log.Debug("kubernetes event not recorded", "reason", ev.Reason, "refusal", why, "err", err)
 }
 
 // refusedText is the count of refused Events by reason of refusal, in a stable order: "Forbidden=3 Invalid=1".
-func refusedText(m map[metav1.StatusReason]int) string {
+func refusedText(m map[string]int) string {
 	var parts []string
 	for why, n := range m {
 		parts = append(parts, fmt.Sprintf("%s=%d", why, n))
@@ -266,9 +256,8 @@ func instance(cfg Config) string {
 	return s
 }
 
-// apiSender builds the request that creates an Event, or says why Events cannot be sent. It uses a REST
-// client of its own over a scheme holding events.k8s.io/v1 only: client-go's typed clients register every
-// API group Kubernetes has, about 10 MB of binary for one POST.
+// apiSender is the sending of Events for cfg, or why there can be none: the pod unknown, no API server to
+// reach, or credentials that cannot be read.
 func apiSender(cfg Config) (sendFunc, error) {
 	var missing []string
 	if cfg.Pod == "" && !cfg.Others { // the webhook's Events name their object; its Pod only names the reporter
@@ -280,49 +269,17 @@ func apiSender(cfg Config) (sendFunc, error) {
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("the pod is unknown: %s not set (shutdown-manager inject sets them from the downward API)", strings.Join(missing, " and "))
 	}
-	rc, err := restConfig(cfg.Kubeconfig)
+	a, err := accessFor(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	rc.Timeout = RequestTimeout
-	if cfg.UserAgent != "" {
-		rc.UserAgent = cfg.UserAgent
+	ua := cfg.UserAgent
+	if ua == "" {
+		ua = "shutdown-manager"
 	}
-	scheme := runtime.NewScheme()
-	if err := eventsv1.AddToScheme(scheme); err != nil {
-		return nil, fmt.Errorf("registering events.k8s.io/v1: %w", err)
-	}
-	rc.GroupVersion = &eventsv1.SchemeGroupVersion
-	rc.APIPath = "/apis"
-	rc.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	client, err := rest.RESTClientFor(rc)
+	s, err := newSender(a, ua)
 	if err != nil {
-		return nil, fmt.Errorf("building the API client: %w", err)
+		return nil, fmt.Errorf("reading the API server's credentials: %w", err)
 	}
-	return func(ctx context.Context, ev *eventsv1.Event) error {
-		err := client.Post().Namespace(ev.Namespace).Resource("events").Body(ev).Do(ctx).Error()
-		if err != nil {
-			return fmt.Errorf("creating event %s: %w", ev.Reason, err)
-		}
-		return nil
-	}, nil
-}
-
-// restConfig reads the kubeconfig file, or else the in-cluster config.
-func restConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("reading --kubeconfig %s: %w", kubeconfig, err)
-		}
-		return rc, nil
-	}
-	rc, err := rest.InClusterConfig()
-	if errors.Is(err, rest.ErrNotInCluster) {
-		return nil, fmt.Errorf("not running in a cluster and no --kubeconfig given")
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the in-cluster config: %w", err)
-	}
-	return rc, nil
+	return s.send, nil
 }

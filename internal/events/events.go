@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 )
 
@@ -30,15 +28,31 @@ const (
 	ReasonDrainCanceled = "DrainCanceled" // the manager was stopped first (outcome canceled)
 )
 
+// Types of an Event, as the API has them.
+const (
+	TypeNormal  = "Normal"
+	TypeWarning = "Warning"
+)
+
 // Event is one Event about the manager's Pod.
 type Event struct {
-	Type   string // corev1.EventTypeNormal or corev1.EventTypeWarning
+	Type   string // TypeNormal or TypeWarning
 	Reason string // one of the Reason constants
 	Note   string // for humans; at most MaxNote bytes
 	// Regarding, when set, is the object the Event is about (the webhook's: a pod's owner), recorded in its
 	// namespace; nil means the manager's own Pod.
-	Regarding *corev1.ObjectReference
+	Regarding *ObjectReference
 	Action    string // what was done or tried; "" means "Drain"
+}
+
+// ObjectReference names the object an Event is about: the fields of a core/v1 ObjectReference that an
+// Event's regarding uses.
+type ObjectReference struct {
+	APIVersion string `json:"apiVersion,omitempty"`
+	Kind       string `json:"kind,omitempty"`
+	Namespace  string `json:"namespace,omitempty"`
+	Name       string `json:"name,omitempty"`
+	UID        string `json:"uid,omitempty"`
 }
 
 // MaxNote is the API server's limit on an Event's note (message).
@@ -51,7 +65,7 @@ func Started(d *drain.Drain, timeout time.Duration) Event {
 	if by.Remote != "" {
 		who += " from " + by.Remote
 	}
-	return Event{Type: corev1.EventTypeNormal, Reason: ReasonDrainStarted,
+	return Event{Type: TypeNormal, Reason: ReasonDrainStarted,
 		Note: Note(fmt.Sprintf("drain started by %s; releases within %s at the latest", who, timeout))}
 }
 
@@ -68,7 +82,7 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 				note += "; " + p.Reason // why the quiet period ended: "no new connection for 3s, 7.2s after health checks failed"
 			}
 		}
-		return Event{Type: corev1.EventTypeNormal, Reason: ReasonDrained, Note: Note(note)}
+		return Event{Type: TypeNormal, Reason: ReasonDrained, Note: Note(note)}
 	case drain.OutcomeTimeout:
 		text := r.Reason
 		if st.Started != nil && st.Started.Equal(d.Started()) {
@@ -76,13 +90,13 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 				text += "; still in flight: " + open
 			}
 		}
-		return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainTimedOut, Note: Note(text)}
+		return Event{Type: TypeWarning, Reason: ReasonDrainTimedOut, Note: Note(text)}
 	case drain.OutcomeEnvoyGone:
-		return Event{Type: corev1.EventTypeWarning, Reason: ReasonEnvoyGone, Note: Note(r.Reason)}
+		return Event{Type: TypeWarning, Reason: ReasonEnvoyGone, Note: Note(r.Reason)}
 	case drain.OutcomeCanceled:
-		return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainCanceled, Note: Note(r.Reason)}
+		return Event{Type: TypeWarning, Reason: ReasonDrainCanceled, Note: Note(r.Reason)}
 	}
-	return Event{Type: corev1.EventTypeWarning, Reason: ReasonDrainFailed, Note: Note(r.Reason)}
+	return Event{Type: TypeWarning, Reason: ReasonDrainFailed, Note: Note(r.Reason)}
 }
 
 // inFlight lists what the last poll counted, group by group ("listener.0.0.0.0_8080 + http.ingress: 2

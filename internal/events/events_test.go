@@ -7,16 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 	"unicode/utf8"
-
-	eventsv1 "k8s.io/api/events/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
@@ -293,8 +290,8 @@ var testPod = Config{Pod: "envoy-0", Namespace: "edge", Component: "drain"}
 func TestClientSendsInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var mu sync.Mutex
-		var sent []*eventsv1.Event
-		c := newClient(testPod, discard(), func(ctx context.Context, ev *eventsv1.Event) error {
+		var sent []*apiEvent
+		c := newClient(testPod, discard(), func(ctx context.Context, ev *apiEvent) error {
 			mu.Lock()
 			defer mu.Unlock()
 			sent = append(sent, ev)
@@ -325,7 +322,7 @@ func TestClientSendsInOrder(t *testing.T) {
 func TestClientNeverBlocks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		log, buf := newLog()
-		c := newClient(testPod, log, func(ctx context.Context, ev *eventsv1.Event) error {
+		c := newClient(testPod, log, func(ctx context.Context, ev *apiEvent) error {
 			<-ctx.Done()
 			return ctx.Err()
 		})
@@ -351,7 +348,7 @@ func TestClientNeverBlocks(t *testing.T) {
 func TestClientOneWarning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		log, buf := newLog()
-		c := newClient(testPod, log, func(ctx context.Context, ev *eventsv1.Event) error {
+		c := newClient(testPod, log, func(ctx context.Context, ev *apiEvent) error {
 			return errors.New(`events.events.k8s.io is forbidden: User "system:serviceaccount:edge:default" cannot create resource "events"`)
 		})
 		for range 3 {
@@ -413,15 +410,16 @@ func TestEventName(t *testing.T) {
 // that the API server does not refuse the Event for its length.
 func TestClientWarnsOncePerRefusal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		forbidden, invalid := readFile(t, "testdata/status-forbidden.json"), readFile(t, "testdata/status-invalid.json")
 		log, buf := newLog()
 		var notes []string
-		c := newClient(testPod, log, func(ctx context.Context, ev *eventsv1.Event) error {
+		c := newClient(testPod, log, func(ctx context.Context, ev *apiEvent) error {
 			notes = append(notes, ev.Note)
-			switch ev.Reason {
+			switch ev.Reason { // the API server's answers, as the sender reads them
 			case ReasonDrainStarted:
-				return apierrors.NewForbidden(schema.GroupResource{Group: "events.k8s.io", Resource: "events"}, "", errors.New("RBAC"))
+				return answerError(403, "403 Forbidden", forbidden)
 			default:
-				return apierrors.NewInvalid(schema.GroupKind{Group: "events.k8s.io", Kind: "Event"}, "e", nil)
+				return answerError(422, "422 Unprocessable Entity", invalid)
 			}
 		})
 		for _, reason := range []string{ReasonDrainStarted, ReasonDrainStarted, "Other", ReasonDrainStarted, "Other"} {
@@ -442,4 +440,13 @@ func TestClientWarnsOncePerRefusal(t *testing.T) {
 			}
 		}
 	})
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

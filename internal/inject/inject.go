@@ -32,6 +32,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 )
 
 // Names and paths of what Inject adds. The image keeps the binary at /shutdown-manager (its entrypoint);
@@ -49,14 +51,6 @@ const (
 
 	// runAsUser is the image's user: injected containers never run as root.
 	runAsUser = 65532
-)
-
-// Environment variables Inject sets, from the downward API, in every container that runs the manager:
-// Envoy's container in hook and agent modes and with the sidecar's exec hook (`drain --via` drains by itself
-// when the sidecar is gone), and the sidecar. The manager records its Kubernetes Events on the Pod they name.
-const (
-	EnvPodName      = "SHUTDOWN_MANAGER_POD_NAME"      // fieldRef metadata.name
-	EnvPodNamespace = "SHUTDOWN_MANAGER_POD_NAMESPACE" // fieldRef metadata.namespace
 )
 
 // ErrNoEnvoy is returned (wrapped, with the pod's containers) by Inject for a pod in which no container
@@ -81,7 +75,7 @@ type Status struct {
 	InitContainers []string    `json:"initContainers,omitempty"` // added, by name
 	Containers     []string    `json:"containers,omitempty"`     // added, by name
 	Volumes        []string    `json:"volumes,omitempty"`        // added, by name (and Envoy's mounts of them)
-	// Env: the variables added to Envoy's container, by name (EnvPodName, EnvPodNamespace; one the
+	// Env: the variables added to Envoy's container, by name (podenv.Name, podenv.Namespace; one the
 	// container already set is kept as it is and not listed).
 	Env []string `json:"env,omitempty"`
 	// Grace is set when terminationGracePeriodSeconds was raised.
@@ -465,14 +459,16 @@ func sidecarContainer(set settings, drainArgs []string) corev1.Container {
 	return c
 }
 
-// podEnv: EnvPodName and EnvPodNamespace from the downward API.
+// podEnv: the variables naming the manager's Pod (internal/podenv), from the downward API, in every container that
+// runs the manager: Envoy's container in hook and agent modes and with the sidecar's exec hook (`drain --via` drains
+// by itself when the sidecar is gone), and the sidecar. The manager records its Kubernetes Events on that Pod.
 func podEnv() []corev1.EnvVar {
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
 	}
 	return []corev1.EnvVar{
-		{Name: EnvPodName, ValueFrom: field("metadata.name")},
-		{Name: EnvPodNamespace, ValueFrom: field("metadata.namespace")},
+		{Name: podenv.Name, ValueFrom: field("metadata.name")},
+		{Name: podenv.Namespace, ValueFrom: field("metadata.namespace")},
 	}
 }
 

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 )
 
 func TestPlanGrace(t *testing.T) {
@@ -215,7 +217,7 @@ func TestParseStatus(t *testing.T) {
 		t.Fatalf("no status after inject: %v %v", ok, err)
 	}
 	want := Status{Version: "v9", Image: "sm:1", Mode: ModeAgent, BinaryFrom: BinaryCopy, EnvoyContainer: "envoy", DrainTimeout: "23s",
-		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, Env: []string{EnvPodName, EnvPodNamespace}, CommandUnset: true}
+		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, Env: []string{podenv.Name, podenv.Namespace}, CommandUnset: true}
 	if !equality.Semantic.DeepEqual(st, want) {
 		t.Errorf("got %+v, want %+v", st, want)
 	}

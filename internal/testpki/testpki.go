@@ -1,5 +1,6 @@
-// Package testpki makes a throwaway certificate authority and serving certificates for tests and benchmarks of
-// TLS servers (the webhook): ECDSA P-256, in PEM, valid for a day. Never for production use.
+// Package testpki makes a throwaway certificate authority, serving certificates for tests and benchmarks of
+// TLS servers (the webhook) and client certificates for a kube-apiserver's users: ECDSA P-256, in PEM, valid
+// for a day. Never for production use.
 package testpki
 
 import (
@@ -61,11 +62,7 @@ func (ca *CA) Leaf(ips []net.IP, names ...string) (Leaf, error) {
 
 // LeafValid makes a serving certificate valid from notBefore to notAfter (an expired one, one not yet valid).
 func (ca *CA) LeafValid(notBefore, notAfter time.Time, ips []net.IP, names ...string) (Leaf, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return Leaf{}, fmt.Errorf("generating the key: %w", err)
-	}
-	tmpl := &x509.Certificate{
+	return ca.sign(&x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      pkix.Name{CommonName: "serving"},
 		NotBefore:    notBefore,
@@ -74,6 +71,27 @@ func (ca *CA) LeafValid(notBefore, notAfter time.Time, ips []net.IP, names ...st
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		IPAddresses:  ips,
 		DNSNames:     names,
+	})
+}
+
+// Client makes a client certificate for user in groups, valid from an hour ago for a day: the user and groups
+// a kube-apiserver given the CA as --client-ca-file authenticates (the subject's CN and O).
+func (ca *CA) Client(user string, groups ...string) (Leaf, error) {
+	return ca.sign(&x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: user, Organization: groups},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// sign makes a key and the certificate of tmpl for it, signed by ca.
+func (ca *CA) sign(tmpl *x509.Certificate) (Leaf, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Leaf{}, fmt.Errorf("generating the key: %w", err)
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {

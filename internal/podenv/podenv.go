@@ -1,0 +1,14 @@
+// Package podenv names the environment variables that tell the manager which Pod it runs in. `shutdown-manager
+// inject` (internal/inject) sets them from the downward API in every container that runs the manager: Envoy's
+// container in hook and agent modes and with the sidecar's exec hook, and the sidecar. The manager reads them to
+// record its Kubernetes Events on that Pod (internal/events).
+//
+// They are declared here, in a package of their own that imports nothing, so that the drain side of the binary
+// (events) and the mutation (inject) agree on them without one importing the other: inject brings the Kubernetes
+// API types, which the drain side does not need.
+package podenv
+
+const (
+	Name      = "SHUTDOWN_MANAGER_POD_NAME"      // fieldRef metadata.name
+	Namespace = "SHUTDOWN_MANAGER_POD_NAMESPACE" // fieldRef metadata.namespace
+)
