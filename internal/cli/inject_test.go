@@ -60,6 +60,7 @@ func TestInjectCommand(t *testing.T) {
 			"--drain-timeout=40s", "--min-open-connections=0", "--count=requests", `--listener-exclude=^listener\.admin2`}},
 		{"existing-prestop-replaced", []string{"--replace-hooks"}},
 		{"multi-document", nil},
+		{"kind-deployment-json", nil}, // JSON in, JSON out
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +102,7 @@ var goldenCases = []struct {
 	{"kind-replicationcontroller", nil},
 	{"kind-job", nil},
 	{"kind-cronjob", nil},
+	{"kind-deployment-json", nil}, // JSON in (kubectl get -o json), JSON out
 	{"list", nil},
 	{"multi-document", nil},
 	{"unsupported-api-version", nil},
@@ -173,9 +175,16 @@ func injectFunc(cfg Config) PodFunc {
 	return func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error { return Inject(meta, spec, cfg) }
 }
 
-// assertSameObjects compares two YAML streams object by object, as the API types see them.
+// assertSameObjects compares two YAML streams object by object, as the API types see them, and field for
+// field as written: a field one has and the other not (a status block of zeros) is a difference even where
+// the API types see none.
 func assertSameObjects(t *testing.T, got, want []byte) {
 	t.Helper()
+	if g, w := decodeUnstructured(t, got), decodeUnstructured(t, want); !reflect.DeepEqual(g, w) {
+		gy, _ := yaml.Marshal(g)
+		wy, _ := yaml.Marshal(w)
+		t.Errorf("the objects differ as written:\ngot:\n%s\nwant:\n%s", gy, wy)
+	}
 	g, w := decodeStream(t, got), decodeStream(t, want)
 	if len(g) != len(w) {
 		t.Fatalf("got %d objects, want %d", len(g), len(w))
@@ -204,6 +213,23 @@ func decodeStream(t *testing.T, data []byte) []any {
 			continue
 		}
 		objs = append(objs, decodeObject(t, js, h))
+	}
+	return objs
+}
+
+// decodeUnstructured decodes every document of a YAML stream as written, into generic values (nil for an
+// empty document).
+func decodeUnstructured(t testing.TB, data []byte) []any {
+	t.Helper()
+	var objs []any
+	for _, doc := range splitDocuments(data) {
+		var v any
+		if err := yaml.Unmarshal(doc.body, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v != nil {
+			objs = append(objs, v)
+		}
 	}
 	return objs
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -181,7 +182,7 @@ func transformDocument(body []byte, fn PodFunc, notes io.Writer, where string) (
 		return body, nil // empty, a comment, or not an object: not ours to judge
 	}
 	var h header
-	if err := json.Unmarshal(js, &h); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, &h); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	where = fmt.Sprintf("%s (%s)", where, h.describe())
@@ -192,7 +193,28 @@ func transformDocument(body []byte, fn PodFunc, notes io.Writer, where string) (
 	if err != nil || !changed {
 		return body, err
 	}
-	return yaml.JSONToYAML(out)
+	return encodeLike(body, out)
+}
+
+// encodeLike encodes the object js (JSON) as the document body it came from was written: JSON (as `kubectl
+// get -o json` writes it, or on one line) for a document in JSON, else YAML.
+func encodeLike(body, js []byte) ([]byte, error) {
+	text := bytes.TrimSpace(body)
+	if len(text) == 0 || text[0] != '{' {
+		return yaml.JSONToYAML(js)
+	}
+	var out bytes.Buffer
+	if i := bytes.IndexByte(text, '\n'); i < 0 {
+		out.Write(js)
+	} else {
+		line := text[i+1:]
+		indent := line[:len(line)-len(bytes.TrimLeft(line, " \t"))]
+		if err := json.Indent(&out, js, "", string(indent)); err != nil {
+			return nil, err
+		}
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
 }
 
 // transformList applies fn to every workload among a List's items.
@@ -210,7 +232,7 @@ func transformList(body, js []byte, fn PodFunc, notes io.Writer, where string) (
 	changed := false
 	for i, item := range items {
 		var h header
-		if err := json.Unmarshal(item, &h); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(item, &h); err != nil {
 			return nil, fmt.Errorf("%s item %d: %w", where, i+1, err)
 		}
 		out, c, err := transformObject(item, h, fn, notes, fmt.Sprintf("%s item %d (%s)", where, i+1, h.describe()))
@@ -233,7 +255,7 @@ func transformList(body, js []byte, fn PodFunc, notes io.Writer, where string) (
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	return yaml.JSONToYAML(out)
+	return encodeLike(body, out)
 }
 
 // transformObject decodes one object (JSON) into its typed workload, applies fn to its pod, and returns
@@ -248,11 +270,11 @@ func transformObject(js []byte, h header, fn PodFunc, notes io.Writer, where str
 		return js, false, nil
 	}
 	obj := w.New()
-	if err := yaml.UnmarshalStrict(js, obj); err != nil {
+	if err := decodeStrict(js, obj); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", where, err)
 	}
 	before := w.New()
-	if err := json.Unmarshal(js, before); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, before); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", where, err)
 	}
 	if outer, ok := obj.(metav1.Object); ok && h.Kind != "Pod" {
@@ -274,33 +296,48 @@ func transformObject(js []byte, h header, fn PodFunc, notes io.Writer, where str
 	if equality.Semantic.DeepEqual(before, obj) {
 		return js, false, nil
 	}
-	out, err := json.Marshal(obj)
-	if err != nil {
-		return nil, false, fmt.Errorf("%s: encoding: %w", where, err)
-	}
-	out, err = pruneEmpty(out)
+	out, err := writeBack(js, before, obj)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: encoding: %w", where, err)
 	}
 	return out, true, nil
 }
 
-// emptyNoise are the fields that Go's encoding of the API types writes as {} or null when a manifest
-// leaves them out (struct values and a zero time, which omitempty does not drop). Empty or absent, they
-// mean the same; dropping them keeps the output close to the input.
-var emptyNoise = map[string]bool{"creationTimestamp": true, "resources": true, "strategy": true, "updateStrategy": true, "status": true, "metadata": true}
-
-// pruneEmpty removes emptyNoise fields whose value is null or {} from an encoded object.
-func pruneEmpty(js []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber() // integers stay exact
-	var v any
-	if err := dec.Decode(&v); err != nil {
+// writeBack returns the document js with the changes from before to after (typed objects) applied: see
+// applyChanges.
+func writeBack(js []byte, before, after any) ([]byte, error) {
+	var vals [3]any
+	for i, v := range []any{before, after} {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		if vals[i], err = decodeValue(enc); err != nil {
+			return nil, err
+		}
+	}
+	orig, err := decodeValue(js)
+	if err != nil {
 		return nil, err
 	}
-	prune(v)
-	return json.Marshal(v)
+	out, _ := applyChanges(orig, true, vals[0], vals[1])
+	return json.Marshal(out)
 }
+
+// decodeStrict decodes js into obj as the API server does with strict field validation: field names are
+// case-sensitive, and a field the type does not know, or one given twice, is an error rather than dropped.
+func decodeStrict(js []byte, obj any) error {
+	strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
+// emptyNoise are the fields that Go's encoding of the API types writes as {} or null when a manifest
+// leaves them out (struct values and a zero time, which omitempty does not drop). Empty or absent, they
+// mean the same; they are dropped from what the mutation adds (see applyChanges).
+var emptyNoise = map[string]bool{"creationTimestamp": true, "resources": true, "strategy": true, "updateStrategy": true, "status": true, "metadata": true}
 
 func prune(v any) {
 	switch v := v.(type) {
