@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -103,10 +104,36 @@ var goldenCases = []struct {
 	{"kind-job", nil},
 	{"kind-cronjob", nil},
 	{"kind-deployment-json", nil}, // JSON in (kubectl get -o json), JSON out
+	{"kind-rollout", nil},
+	{"kind-cloneset", nil},
+	{"kind-advanced-statefulset", nil},
+	{"kind-advanced-daemonset", nil},
+	{"rollout-workload-ref", nil},
+	{"template-path", nil}, // with goldenTemplates
+	{"unknown-kind-with-envoy", nil},
 	{"list", nil},
 	{"multi-document", nil},
 	{"unsupported-api-version", nil},
 	{"unknown-field", nil},
+}
+
+// goldenTemplates are the --template-path flags of the cases that have some.
+var goldenTemplates = map[string][]string{
+	"template-path": {"example.com/v1/EdgeFleet=spec.pod"},
+}
+
+// goldenOptions are the Options of a golden case (its notes go to notes).
+func goldenOptions(t *testing.T, name string, notes io.Writer) Options {
+	t.Helper()
+	opts := Options{Notes: notes}
+	for _, v := range goldenTemplates[name] {
+		w, err := ParseTemplatePath(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Workloads = append(opts.Workloads, w)
+	}
+	return opts
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -118,7 +145,8 @@ func TestInjectGolden(t *testing.T) {
 				tc.cfg(&cfg)
 			}
 			var notes bytes.Buffer
-			got, err := Manifests(in, injectFunc(cfg), &notes)
+			opts := goldenOptions(t, tc.name, &notes)
+			got, err := Transform(bytes.NewReader(in), injectFunc(cfg), opts)
 			base := filepath.Join("testdata", tc.name)
 			if err != nil {
 				golden(t, base+".out.yaml", nil)
@@ -133,7 +161,8 @@ func TestInjectGolden(t *testing.T) {
 			golden(t, base+".notes.txt", notes.Bytes())
 
 			// inject∘inject = inject, byte for byte: an unchanged workload is written back as it came.
-			again, err := Manifests(got, injectFunc(cfg), &bytes.Buffer{})
+			opts.Notes = &bytes.Buffer{}
+			again, err := Transform(bytes.NewReader(got), injectFunc(cfg), opts)
 			if err != nil {
 				t.Fatalf("injecting the output again: %v", err)
 			}
@@ -141,7 +170,7 @@ func TestInjectGolden(t *testing.T) {
 				t.Errorf("injecting twice differs from injecting once:\n%s", again)
 			}
 			// uninject∘inject = identity, object for object.
-			back, err := Manifests(got, Uninject, &bytes.Buffer{})
+			back, err := Transform(bytes.NewReader(got), Uninject, opts)
 			if err != nil {
 				t.Fatalf("uninjecting the output: %v", err)
 			}
@@ -253,7 +282,7 @@ func decodeObject(t *testing.T, js []byte, h header) any {
 		}
 		return items
 	}
-	if w, ok := LookupWorkload(h.APIVersion, h.Kind); ok {
+	if w, ok := LookupWorkload(h.APIVersion, h.Kind); ok && w.New != nil {
 		obj := w.New()
 		if err := yaml.Unmarshal(js, obj); err != nil {
 			t.Fatal(err)
