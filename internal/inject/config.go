@@ -230,8 +230,11 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	if s.Drain.MinDuration != nil {
 		s.minDuration = *s.Drain.MinDuration
 	}
-	if t := s.Drain.Timeout; t != nil && *t <= s.delay+s.minDuration {
-		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, s.delay+s.minDuration)
+	if t := s.Drain.Timeout; t != nil && (*t <= addSaturating(s.delay, s.minDuration) || ceilSeconds(*t) > maxGraceSeconds-int64(margin(s.Mode)/time.Second)) {
+		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, addSaturating(s.delay, s.minDuration))
+		if *t > addSaturating(s.delay, s.minDuration) {
+			err = fmt.Errorf("drain timeout %s with %s mode's margin of %s is longer than any grace period a duration holds (%ds)", *t, s.Mode, margin(s.Mode), maxGraceSeconds)
+		}
 		if v, ok := annotations[AnnotationDrainTimeout]; ok {
 			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
 		}

@@ -95,6 +95,17 @@ var goldenCases = []struct {
 	{"reinject-other-mode", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
 	{"env-user-set", nil},
 	{"env-user-set-agent", func(c *Config) { c.Mode = ModeAgent }},
+	// Pods as people build them.
+	{"native-sidecar-envoy", nil},
+	{"native-sidecar-envoy-sidecar", func(c *Config) { c.Mode = ModeSidecar }},
+	{"native-sidecar-envoy-agent", func(c *Config) { c.Mode = ModeAgent }},
+	{"two-envoys", nil},
+	{"two-envoys-native-sidecar", nil},
+	{"sidecar-http-host-network", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"sidecar-host-network", func(c *Config) { c.Mode = ModeSidecar }},
+	{"grace-max", nil},
+	{"agent-grace-max", func(c *Config) { c.Mode = ModeAgent }},
+	{"grace-over-duration", nil},
 	// Workload kinds and streams.
 	{"kind-pod", nil},
 	{"kind-daemonset", nil},
