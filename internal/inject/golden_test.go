@@ -120,6 +120,8 @@ var goldenCases = []struct {
 	{"kind-advanced-statefulset", nil},
 	{"kind-advanced-daemonset", nil},
 	{"rollout-workload-ref", nil},
+	{"kind-podtemplate", nil},
+	{"controller-revision", nil},
 	{"template-path", nil}, // with goldenTemplates
 	{"unknown-kind-with-envoy", nil},
 	{"list", nil},

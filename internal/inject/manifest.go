@@ -368,7 +368,7 @@ func unknownKind(js []byte, h header, where string) error {
 			where, h.APIVersion, h.Kind, templateFlag(h.APIVersion, h.Kind, specTemplate))
 	}
 	v, err := decodeValue(js)
-	if err != nil {
+	if err != nil || isRecord(h.APIVersion, h.Kind) {
 		return nil
 	}
 	path, name, ok := findEnvoyAnywhere(v, nil)

@@ -34,6 +34,7 @@ var workloads = []Workload{
 	{"v1", "ReplicationController", specTemplate, func() any { return &corev1.ReplicationController{} }},
 	{"batch/v1", "Job", specTemplate, func() any { return &batchv1.Job{} }},
 	{"batch/v1", "CronJob", []string{"spec", "jobTemplate", "spec", "template"}, func() any { return &batchv1.CronJob{} }},
+	{"v1", "PodTemplate", []string{"template"}, func() any { return &corev1.PodTemplate{} }},
 	// Custom resources people run Envoy with: Argo Rollouts, OpenKruise's CloneSet, Advanced StatefulSet
 	// (v1beta1, and v1alpha1 that Kruise still serves) and Advanced DaemonSet.
 	{"argoproj.io/v1alpha1", "Rollout", specTemplate, nil},
@@ -44,6 +45,15 @@ var workloads = []Workload{
 }
 
 var specTemplate = []string{"spec", "template"}
+
+// records are kinds that hold a copy of a pod template without being a workload: a controller's record of a
+// workload's past revisions (apps/v1 ControllerRevision, written by the DaemonSet and StatefulSet
+// controllers, never applied by people). They pass through unchanged even when the copy holds an Envoy.
+var records = []Workload{{APIVersion: "apps/v1", Kind: "ControllerRevision"}}
+
+func isRecord(apiVersion, kind string) bool {
+	return slices.ContainsFunc(records, func(w Workload) bool { return w.APIVersion == apiVersion && w.Kind == kind })
+}
 
 // LookupWorkload returns the table's entry for a kind, and whether there is one. apiVersion must match too:
 // an old API version of a known kind (extensions/v1beta1 Deployment) is not a workload we can write back.
