@@ -115,6 +115,8 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	var f injectFlags
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
+	var templates templatePaths
+	templates.register(fs)
 	f.register(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
@@ -131,23 +133,28 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 		return err
 	}
 	defer closeIn()
-	// A workload without Envoy passes through (a stream may hold others), but a stream in which no
-	// workload has Envoy is an error: a pipe must not apply an unchanged workload silently.
-	injected, firstSkip := 0, error(nil)
-	out, err := inject.ManifestsFrom(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+	// A workload without Envoy passes through (a stream may hold others), but a stream with no workload,
+	// or in which no workload has Envoy, is an error: a pipe must not apply unchanged workloads silently.
+	// (Workloads that all opted out are not: the user said so.)
+	workloads, injected, optedOut := 0, 0, 0
+	out, err := inject.Transform(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+		workloads++
 		err := inject.Inject(meta, spec, cfg)
 		switch {
 		case err == nil:
 			injected++
-		case errors.Is(err, inject.ErrNoEnvoy) && firstSkip == nil:
-			firstSkip = err
+		case errors.Is(err, inject.ErrOptedOut):
+			optedOut++
 		}
 		return err
-	}, stderr)
+	}, inject.Options{Workloads: templates.workloads, Notes: stderr})
 	if err != nil {
 		return err
 	}
-	if injected == 0 && firstSkip != nil {
+	switch {
+	case workloads == 0:
+		return fmt.Errorf("no workload in the manifests (a Pod, or a kind with a pod template: %s; others with --template-path): nothing injected", knownKinds())
+	case injected == 0 && optedOut == 0:
 		return fmt.Errorf("no workload with an Envoy container: nothing injected")
 	}
 	_, err = stdout.Write(out)
@@ -158,6 +165,8 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("uninject", flag.ContinueOnError)
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
+	var templates templatePaths
+	templates.register(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -169,7 +178,7 @@ func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	defer closeIn()
-	out, err := inject.ManifestsFrom(in, inject.Uninject, stderr)
+	out, err := inject.Transform(in, inject.Uninject, inject.Options{Workloads: templates.workloads, Notes: stderr})
 	if err != nil {
 		return err
 	}
@@ -204,4 +213,29 @@ func (l *stringList) String() string { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
+}
+
+// templatePaths is the repeatable --template-path flag of inject and uninject: kinds whose pod template
+// sits at a given path (inject.ParseTemplatePath).
+type templatePaths struct{ workloads []inject.Workload }
+
+func (t *templatePaths) register(fs *flag.FlagSet) {
+	fs.Func("template-path", "a kind inject does not know (a custom resource) whose pod template sits at a path: KIND=PATH or APIVERSION/KIND=PATH, e.g. example.com/v1/EdgeFleet=spec.pod (repeatable). Known: "+knownKinds(),
+		func(v string) error {
+			w, err := inject.ParseTemplatePath(v)
+			if err != nil {
+				return err
+			}
+			t.workloads = append(t.workloads, w)
+			return nil
+		})
+}
+
+// knownKinds names the kinds of inject's table, for help and errors.
+func knownKinds() string {
+	var names []string
+	for _, w := range inject.Workloads() {
+		names = append(names, w.APIVersion+" "+w.Kind)
+	}
+	return strings.Join(names, ", ")
 }

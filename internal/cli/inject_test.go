@@ -6,11 +6,14 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
@@ -60,6 +63,7 @@ func TestInjectCommand(t *testing.T) {
 			"--drain-timeout=40s", "--min-open-connections=0", "--count=requests", `--listener-exclude=^listener\.admin2`}},
 		{"existing-prestop-replaced", []string{"--replace-hooks"}},
 		{"multi-document", nil},
+		{"kind-deployment-json", nil}, // JSON in, JSON out
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -119,6 +123,10 @@ func TestInjectErrors(t *testing.T) {
 	if err := os.WriteFile(bigDoc, big, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	noWorkload := filepath.Join(dir, "configmap.yaml")
+	if err := os.WriteFile(noWorkload, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		args []string
 		code int
@@ -135,6 +143,12 @@ func TestInjectErrors(t *testing.T) {
 		{[]string{"inject", "-f", huge}, ExitFailure, "over the limit of 32 MiB (too large): inject it in parts"},
 		{[]string{"uninject", "-f", huge}, ExitFailure, "over the limit of 32 MiB (too large): inject it in parts"},
 		{[]string{"inject", "-f", bigDoc}, ExitFailure, "document 2: over 3 MiB (too large): no API server takes an object that large"},
+		{[]string{"inject", "-f", noWorkload}, ExitFailure, "no workload in the manifests"},
+		{[]string{"inject", "-f", filepath.Join("..", "inject", "testdata", "unknown-kind-with-envoy.in.yaml")}, ExitFailure,
+			"document 2 (EdgeFleet edge): example.com/v1 EdgeFleet is not a kind inject knows, and it holds an Envoy container (\"proxy\" in spec.pod.spec): give its pod template's path with --template-path example.com/v1/EdgeFleet=spec.pod"},
+		{[]string{"uninject", "-f", filepath.Join("..", "inject", "testdata", "unknown-kind-with-envoy.in.yaml")}, ExitFailure, "--template-path example.com/v1/EdgeFleet=spec.pod"},
+		{[]string{"inject", "-f", noWorkload, "--template-path", "EdgeFleet"}, ExitUsage, "want KIND=PATH or APIVERSION/KIND=PATH"},
+		{[]string{"inject", "-f", noWorkload, "--template-path", "EdgeFleet=spec..pod"}, ExitUsage, "an empty field"},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
@@ -283,5 +297,39 @@ func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
 	}
 	if want := "document 1 (Deployment echo): no Envoy container"; !strings.Contains(stderr.String(), want) {
 		t.Errorf("stderr %q does not say %q", stderr.String(), want)
+	}
+}
+
+// TestInjectTemplatePath: --template-path makes inject and uninject read a kind they do not know, as the
+// inject package's golden case with the same flag.
+func TestInjectTemplatePath(t *testing.T) {
+	old := Version
+	Version = "v1.0.0"
+	t.Cleanup(func() { Version = old })
+	golden := filepath.Join("..", "inject", "testdata")
+	in, err := os.ReadFile(filepath.Join(golden, "template-path.in.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := os.ReadFile(filepath.Join(golden, "template-path.out.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--template-path=example.com/v1/EdgeFleet=spec.pod", "--template-path=EdgeFleet=spec.pod"} {
+		got := runWithStdin(t, in, "inject", "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", flag, "-f", "-")
+		if !bytes.Equal(got, want) {
+			t.Errorf("%s: output differs from template-path.out.yaml:\n%s", flag, got)
+		}
+		back := runWithStdin(t, got, "uninject", flag, "-f", "-")
+		var a, b any
+		if err := yaml.Unmarshal(in, &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := yaml.Unmarshal(back, &b); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(a, b) {
+			t.Errorf("%s: uninject left:\n%s", flag, back)
+		}
 	}
 }

@@ -239,15 +239,18 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	if s.Drain.QuietPeriod != nil {
 		s.quiet = *s.Drain.QuietPeriod
 	}
-	if t := s.Drain.Timeout; t != nil && s.quiet > s.minDuration && *t <= s.delay+s.quiet {
-		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the quiet period (%s)", *t, s.delay+s.quiet)
+	if t := s.Drain.Timeout; t != nil && s.quiet > s.minDuration && *t <= drain.AddDurations(s.delay, s.quiet) {
+		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the quiet period (%s)", *t, drain.AddDurations(s.delay, s.quiet))
 		if v, ok := annotations[AnnotationDrainTimeout]; ok {
 			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
 		}
 		return settings{}, err
 	}
-	if t := s.Drain.Timeout; t != nil && *t <= s.delay+s.minDuration {
-		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, s.delay+s.minDuration)
+	if t := s.Drain.Timeout; t != nil && (*t <= drain.AddDurations(s.delay, s.minDuration) || ceilSeconds(*t) > maxGraceSeconds-int64(margin(s.Mode)/time.Second)) {
+		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the minimum drain duration (%s)", *t, drain.AddDurations(s.delay, s.minDuration))
+		if *t > drain.AddDurations(s.delay, s.minDuration) {
+			err = fmt.Errorf("drain timeout %s with %s mode's margin of %s is longer than any grace period a duration holds (%ds)", *t, s.Mode, margin(s.Mode), maxGraceSeconds)
+		}
 		if v, ok := annotations[AnnotationDrainTimeout]; ok {
 			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
 		}

@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -93,6 +95,17 @@ var goldenCases = []struct {
 	{"reinject-other-mode", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
 	{"env-user-set", nil},
 	{"env-user-set-agent", func(c *Config) { c.Mode = ModeAgent }},
+	// Pods as people build them.
+	{"native-sidecar-envoy", nil},
+	{"native-sidecar-envoy-sidecar", func(c *Config) { c.Mode = ModeSidecar }},
+	{"native-sidecar-envoy-agent", func(c *Config) { c.Mode = ModeAgent }},
+	{"two-envoys", nil},
+	{"two-envoys-native-sidecar", nil},
+	{"sidecar-http-host-network", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"sidecar-host-network", func(c *Config) { c.Mode = ModeSidecar }},
+	{"grace-max", nil},
+	{"agent-grace-max", func(c *Config) { c.Mode = ModeAgent }},
+	{"grace-over-duration", nil},
 	// Workload kinds and streams.
 	{"kind-pod", nil},
 	{"kind-daemonset", nil},
@@ -101,10 +114,39 @@ var goldenCases = []struct {
 	{"kind-replicationcontroller", nil},
 	{"kind-job", nil},
 	{"kind-cronjob", nil},
+	{"kind-deployment-json", nil}, // JSON in (kubectl get -o json), JSON out
+	{"kind-rollout", nil},
+	{"kind-cloneset", nil},
+	{"kind-advanced-statefulset", nil},
+	{"kind-advanced-daemonset", nil},
+	{"rollout-workload-ref", nil},
+	{"kind-podtemplate", nil},
+	{"controller-revision", nil},
+	{"template-path", nil}, // with goldenTemplates
+	{"unknown-kind-with-envoy", nil},
 	{"list", nil},
 	{"multi-document", nil},
 	{"unsupported-api-version", nil},
 	{"unknown-field", nil},
+}
+
+// goldenTemplates are the --template-path flags of the cases that have some.
+var goldenTemplates = map[string][]string{
+	"template-path": {"example.com/v1/EdgeFleet=spec.pod"},
+}
+
+// goldenOptions are the Options of a golden case (its notes go to notes).
+func goldenOptions(t *testing.T, name string, notes io.Writer) Options {
+	t.Helper()
+	opts := Options{Notes: notes}
+	for _, v := range goldenTemplates[name] {
+		w, err := ParseTemplatePath(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Workloads = append(opts.Workloads, w)
+	}
+	return opts
 }
 
 func TestInjectGolden(t *testing.T) {
@@ -116,7 +158,8 @@ func TestInjectGolden(t *testing.T) {
 				tc.cfg(&cfg)
 			}
 			var notes bytes.Buffer
-			got, err := Manifests(in, injectFunc(cfg), &notes)
+			opts := goldenOptions(t, tc.name, &notes)
+			got, err := Transform(bytes.NewReader(in), injectFunc(cfg), opts)
 			base := filepath.Join("testdata", tc.name)
 			if err != nil {
 				golden(t, base+".out.yaml", nil)
@@ -131,7 +174,8 @@ func TestInjectGolden(t *testing.T) {
 			golden(t, base+".notes.txt", notes.Bytes())
 
 			// inject∘inject = inject, byte for byte: an unchanged workload is written back as it came.
-			again, err := Manifests(got, injectFunc(cfg), &bytes.Buffer{})
+			opts.Notes = &bytes.Buffer{}
+			again, err := Transform(bytes.NewReader(got), injectFunc(cfg), opts)
 			if err != nil {
 				t.Fatalf("injecting the output again: %v", err)
 			}
@@ -139,7 +183,7 @@ func TestInjectGolden(t *testing.T) {
 				t.Errorf("injecting twice differs from injecting once:\n%s", again)
 			}
 			// uninject∘inject = identity, object for object.
-			back, err := Manifests(got, Uninject, &bytes.Buffer{})
+			back, err := Transform(bytes.NewReader(got), Uninject, opts)
 			if err != nil {
 				t.Fatalf("uninjecting the output: %v", err)
 			}
@@ -173,9 +217,16 @@ func injectFunc(cfg Config) PodFunc {
 	return func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error { return Inject(meta, spec, cfg) }
 }
 
-// assertSameObjects compares two YAML streams object by object, as the API types see them.
+// assertSameObjects compares two YAML streams object by object, as the API types see them, and field for
+// field as written: a field one has and the other not (a status block of zeros) is a difference even where
+// the API types see none.
 func assertSameObjects(t *testing.T, got, want []byte) {
 	t.Helper()
+	if g, w := decodeUnstructured(t, got), decodeUnstructured(t, want); !reflect.DeepEqual(g, w) {
+		gy, _ := yaml.Marshal(g)
+		wy, _ := yaml.Marshal(w)
+		t.Errorf("the objects differ as written:\ngot:\n%s\nwant:\n%s", gy, wy)
+	}
 	g, w := decodeStream(t, got), decodeStream(t, want)
 	if len(g) != len(w) {
 		t.Fatalf("got %d objects, want %d", len(g), len(w))
@@ -208,6 +259,23 @@ func decodeStream(t *testing.T, data []byte) []any {
 	return objs
 }
 
+// decodeUnstructured decodes every document of a YAML stream as written, into generic values (nil for an
+// empty document).
+func decodeUnstructured(t testing.TB, data []byte) []any {
+	t.Helper()
+	var objs []any
+	for _, doc := range splitDocuments(data) {
+		var v any
+		if err := yaml.Unmarshal(doc.body, &v); err != nil {
+			t.Fatal(err)
+		}
+		if v != nil {
+			objs = append(objs, v)
+		}
+	}
+	return objs
+}
+
 func decodeObject(t *testing.T, js []byte, h header) any {
 	t.Helper()
 	if strings.HasSuffix(h.Kind, "List") {
@@ -227,7 +295,7 @@ func decodeObject(t *testing.T, js []byte, h header) any {
 		}
 		return items
 	}
-	if w, ok := LookupWorkload(h.APIVersion, h.Kind); ok {
+	if w, ok := LookupWorkload(h.APIVersion, h.Kind); ok && w.New != nil {
 		obj := w.New()
 		if err := yaml.Unmarshal(js, obj); err != nil {
 			t.Fatal(err)

@@ -1,8 +1,11 @@
 package inject
 
 import (
+	"fmt"
 	"math"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 )
 
 // The grace period and the drain timeout.
@@ -29,6 +32,12 @@ const (
 	defaultGrace = 30 * time.Second
 )
 
+// maxGraceSeconds is the longest grace period a time.Duration holds in whole seconds (about 292 years). The
+// API server accepts any terminationGracePeriodSeconds up to int64's largest; a longer one than this is
+// kept as it is, and the drain gets this much of it (saturating arithmetic: a grace period is never cut
+// short by an overflow, and agent mode's --termination-grace-period stays a duration `run` can parse).
+const maxGraceSeconds = math.MaxInt64 / int64(time.Second)
+
 // gracePlan is the outcome: the drain timeout and the grace period to set.
 type gracePlan struct {
 	timeout time.Duration // the drain timeout
@@ -36,30 +45,53 @@ type gracePlan struct {
 	change  bool          // grace differs from what the pod had (or had none and needs more than the default)
 }
 
+// margin is the part of the grace period a mode keeps beyond the drain.
+func margin(m Mode) time.Duration {
+	if m == ModeAgent {
+		return AgentMargin
+	}
+	return HookMargin
+}
+
 // planGrace derives the drain timeout from the pod's grace period (nil = Kubernetes' default, 30 s), or,
 // when a drain timeout was requested, raises the grace period to fit it. A grace period is only ever
-// raised, never lowered: a user's longer one stays, and the derived drain timeout then uses all of it.
+// raised, never lowered: a user's longer one stays, and the derived drain timeout then uses all of it (up
+// to maxGraceSeconds). All in whole seconds of int64 where the grace period is concerned, so that nothing
+// overflows.
 func planGrace(s settings, current *int64) gracePlan {
-	margin := HookMargin
-	if s.Mode == ModeAgent {
-		margin = AgentMargin
-	}
-	have := defaultGrace
+	margin := margin(s.Mode)
+	haveSecs := int64(defaultGrace / time.Second)
 	if current != nil {
-		have = time.Duration(*current) * time.Second
+		haveSecs = *current
 	}
+	have := time.Duration(min(haveSecs, maxGraceSeconds)) * time.Second
 	var timeout time.Duration
 	if s.Drain.Timeout != nil {
 		timeout = *s.Drain.Timeout
 	} else {
-		timeout = max(have-margin, s.delay+max(s.minDuration, s.quiet)+minWait)
+		timeout = max(have-margin, drain.AddDurations(s.delay, max(s.minDuration, s.quiet), minWait))
 	}
-	need := int64(math.Ceil((timeout + margin).Seconds()))
-	if need <= int64(have/time.Second) {
+	need := ceilSeconds(timeout) + int64(margin/time.Second)
+	if need <= haveSecs {
 		if s.Drain.Timeout == nil {
 			timeout = have - margin // use all of a longer grace period
 		}
-		return gracePlan{timeout: timeout, grace: int64(have / time.Second)}
+		return gracePlan{timeout: timeout, grace: haveSecs}
 	}
 	return gracePlan{timeout: timeout, grace: need, change: true}
 }
+
+// agentGrace is agent mode's --termination-grace-period for a grace period: at most what a duration holds.
+func agentGrace(grace int64) string {
+	return fmt.Sprintf("%ds", min(grace, maxGraceSeconds))
+}
+
+// ceilSeconds is d in whole seconds, rounded up (d >= 0).
+func ceilSeconds(d time.Duration) int64 {
+	s := int64(d / time.Second)
+	if d%time.Second != 0 {
+		s++
+	}
+	return s
+}
+

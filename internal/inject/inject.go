@@ -154,7 +154,11 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 	if err != nil {
 		return err
 	}
-	c := &spec.Containers[envoy]
+	c := envoy.in(spec)
+	if err := checkPod(spec, envoy, set); err != nil {
+		return err
+	}
+	var inits []corev1.Container // init containers to add: before Envoy's when it is one (see addInitContainers)
 	st := Status{
 		Version: set.Version, Image: set.Image, Mode: set.Mode, EnvoyContainer: c.Name, Takeover: set.takeover,
 	}
@@ -203,7 +207,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		spec.Volumes = append(spec.Volumes, binaryVolume(set))
 		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: BinaryVolume, MountPath: BinaryDir, ReadOnly: true})
 		if set.BinaryFrom == BinaryCopy {
-			spec.InitContainers = append(spec.InitContainers, installContainer(set))
+			inits = append(inits, installContainer(set))
 		}
 	}
 	drainArgs := set.drainArgs()
@@ -237,7 +241,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		}
 		if set.SidecarKind == SidecarNative {
 			sc.RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
-			spec.InitContainers = append(spec.InitContainers, sc)
+			inits = append(inits, sc)
 		} else {
 			spec.Containers = append(spec.Containers, sc)
 		}
@@ -249,7 +253,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			}
 			command, st.CommandUnset = set.EnvoyCommand, true
 		}
-		wrapped := []string{BinaryPath, "run", fmt.Sprintf("--termination-grace-period=%ds", plan.grace)}
+		wrapped := []string{BinaryPath, "run", "--termination-grace-period=" + agentGrace(plan.grace)}
 		wrapped = append(wrapped, drainArgs...)
 		if set.Drain.Timeout != nil {
 			wrapped = append(wrapped, "--drain-timeout="+plan.timeout.String())
@@ -257,6 +261,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		c.Command = append(append(wrapped, "--"), command...)
 		st.Env = addPodEnv(c)
 	}
+	addInitContainers(spec, envoy, inits)
 
 	text, err := json.Marshal(st)
 	if err != nil {
@@ -296,42 +301,114 @@ func (s settings) drainArgs() []string {
 	return args
 }
 
-// findEnvoy returns the index of Envoy's container among spec.Containers.
-func findEnvoy(spec *corev1.PodSpec, name string) (int, error) {
+// envoyRef is where Envoy's container is: spec.Containers[index], or spec.InitContainers[index] when Envoy
+// runs as a native sidecar (an init container with restartPolicy Always).
+type envoyRef struct {
+	init  bool
+	index int
+}
+
+// in returns Envoy's container in spec (valid until spec's lists change).
+func (r envoyRef) in(spec *corev1.PodSpec) *corev1.Container {
+	if r.init {
+		return &spec.InitContainers[r.index]
+	}
+	return &spec.Containers[r.index]
+}
+
+// findEnvoy finds Envoy's container among the pod's containers and native sidecars: the one named name when
+// it is given, else the one container that is named envoy or runs Envoy's image. Several such containers
+// are an error naming them all: inject drains one Envoy per pod, and must not leave another one silently
+// undrained.
+func findEnvoy(spec *corev1.PodSpec, name string) (envoyRef, error) {
 	var all []string
-	for _, c := range spec.Containers {
+	var refs []envoyRef
+	var cs []*corev1.Container
+	for i := range spec.InitContainers {
+		if c := &spec.InitContainers[i]; nativeSidecar(c) {
+			refs, cs = append(refs, envoyRef{init: true, index: i}), append(cs, c)
+		}
+	}
+	for i := range spec.Containers {
+		refs, cs = append(refs, envoyRef{index: i}), append(cs, &spec.Containers[i])
+	}
+	for _, c := range cs {
 		all = append(all, fmt.Sprintf("%s (%s)", c.Name, c.Image))
 	}
 	if name != "" {
-		for i, c := range spec.Containers {
+		for i, c := range cs {
 			if c.Name == name {
-				return i, nil
+				return refs[i], nil
 			}
 		}
-		return 0, fmt.Errorf("no container named %q (containers: %s)", name, strings.Join(all, ", "))
-	}
-	for i, c := range spec.Containers {
-		if c.Name == "envoy" {
-			return i, nil
-		}
+		return envoyRef{}, fmt.Errorf("no container named %q (containers: %s)", name, strings.Join(all, ", "))
 	}
 	var found []int
-	for i, c := range spec.Containers {
-		if isEnvoyImage(c.Image) {
+	for i, c := range cs {
+		if c.Name == "envoy" || isEnvoyImage(c.Image) {
 			found = append(found, i)
 		}
 	}
 	switch len(found) {
 	case 1:
-		return found[0], nil
+		return refs[found[0]], nil
 	case 0:
-		return 0, fmt.Errorf("%w: none is named envoy and no image is Envoy's (containers: %s); name it with annotation %s", ErrNoEnvoy, strings.Join(all, ", "), AnnotationEnvoyContainer)
+		return envoyRef{}, fmt.Errorf("%w: none is named envoy and no image is Envoy's (containers: %s); name it with annotation %s", ErrNoEnvoy, strings.Join(all, ", "), AnnotationEnvoyContainer)
 	}
 	var names []string
 	for _, i := range found {
 		names = append(names, all[i])
 	}
-	return 0, fmt.Errorf("several containers could be Envoy: %s; name one with annotation %s", strings.Join(names, ", "), AnnotationEnvoyContainer)
+	return envoyRef{}, fmt.Errorf("%d Envoy containers: %s; inject drains one Envoy per pod and will not leave the other undrained: run them in separate pods, or name the one to drain with annotation %s", len(found), strings.Join(names, ", "), AnnotationEnvoyContainer)
+}
+
+// nativeSidecar reports whether an init container is a native sidecar: restartPolicy Always, running beside
+// the pod's containers rather than before them.
+func nativeSidecar(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// checkPod refuses pods whose shape the settings cannot serve.
+//   - Agent mode with Envoy as a native sidecar: kubelet sends a native sidecar SIGTERM only after the pod's
+//     containers have exited, so `run` would start the drain late, in what is left of the grace period.
+//     Hook and sidecar modes are fine: a native sidecar's preStop hook runs at once, with the others'.
+//   - The http hook on the node's network (hostNetwork): the sidecar would serve /shutdown on that port of
+//     every address of the node, for anyone who reaches the node to drain Envoy. A token could guard it, but
+//     inject has none to give (kubelet's httpGet hook could only send one written into the pod spec for
+//     all to read); the exec hook has no port at all.
+func checkPod(spec *corev1.PodSpec, envoy envoyRef, set settings) error {
+	c := envoy.in(spec)
+	if envoy.init && set.Mode == ModeAgent {
+		return fmt.Errorf("container %q is a native sidecar (an init container with restartPolicy Always): it gets SIGTERM only after the pod's other containers have exited, too late for agent mode's drain; use hook or sidecar mode", c.Name)
+	}
+	if spec.HostNetwork && set.Mode == ModeSidecar && set.Hook == HookHTTP {
+		return fmt.Errorf("the pod uses the node's network (hostNetwork): the http hook's sidecar would let anyone who reaches the node on port %d drain Envoy, and inject has no token to guard it; use the exec hook (a unix socket, no port)", set.Port)
+	}
+	return nil
+}
+
+// addInitContainers adds inject's init containers: before Envoy's when Envoy is a native sidecar, so that
+// the binary is there before Envoy starts and the sidecar starts before Envoy and stops after it (kubelet
+// stops native sidecars in reverse order); else after the pod's own.
+func addInitContainers(spec *corev1.PodSpec, envoy envoyRef, add []corev1.Container) {
+	if len(add) == 0 {
+		return
+	}
+	if envoy.init {
+		spec.InitContainers = slices.Insert(spec.InitContainers, envoy.index, add...)
+		return
+	}
+	spec.InitContainers = append(spec.InitContainers, add...)
+}
+
+// containerNamed returns the container (or init container) named name, or nil.
+func containerNamed(spec *corev1.PodSpec, name string) *corev1.Container {
+	for _, cs := range []*[]corev1.Container{&spec.Containers, &spec.InitContainers} {
+		if i := slices.IndexFunc(*cs, func(c corev1.Container) bool { return c.Name == name }); i >= 0 {
+			return &(*cs)[i]
+		}
+	}
+	return nil
 }
 
 // isEnvoyImage reports whether an image reference's repository is Envoy's: its last path element is
@@ -551,8 +628,7 @@ func Uninject(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 	if len(s.Volumes) == 0 {
 		s.Volumes = nil
 	}
-	if i := slices.IndexFunc(s.Containers, func(c corev1.Container) bool { return c.Name == st.EnvoyContainer }); i >= 0 {
-		c := &s.Containers[i]
+	if c := containerNamed(s, st.EnvoyContainer); c != nil {
 		c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(vm corev1.VolumeMount) bool { return slices.Contains(st.Volumes, vm.Name) })
 		if len(c.VolumeMounts) == 0 {
 			c.VolumeMounts = nil

@@ -3,8 +3,10 @@ package inject
 import (
 	"bytes"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -38,6 +40,14 @@ func TestPlanGrace(t *testing.T) {
 		{"agent, a short grace is raised", ModeAgent, nil, nil, new(int64(15)), 15 * time.Second, 22, true},
 		{"agent, a requested drain raises the grace", ModeAgent, dur("60s"), nil, new(int64(30)), 60 * time.Second, 67, true},
 		{"sidecar uses the hook's margin", ModeSidecar, nil, nil, new(int64(45)), 40 * time.Second, 45, false},
+		// Every grace period the API server accepts (any int64 >= 0): kept, the drain gets all a duration can hold.
+		{"hook, the largest grace", ModeHook, nil, nil, new(int64(math.MaxInt64)), time.Duration(maxGraceSeconds-5) * time.Second, math.MaxInt64, false},
+		{"hook, the largest grace less one", ModeHook, nil, nil, new(int64(math.MaxInt64 - 1)), time.Duration(maxGraceSeconds-5) * time.Second, math.MaxInt64 - 1, false},
+		{"hook, the largest grace a duration holds", ModeHook, nil, nil, new(int64(9223372036)), (9223372036 - 5) * time.Second, 9223372036, false},
+		{"hook, one second more", ModeHook, nil, nil, new(int64(9223372037)), (9223372036 - 5) * time.Second, 9223372037, false},
+		{"agent, the largest grace", ModeAgent, nil, nil, new(int64(math.MaxInt64)), time.Duration(maxGraceSeconds-7) * time.Second, math.MaxInt64, false},
+		{"hook, a requested drain within the largest grace", ModeHook, dur("60s"), nil, new(int64(math.MaxInt64)), 60 * time.Second, math.MaxInt64, false},
+		{"hook, a requested drain of the longest duration", ModeHook, dur("2562047h47m11s"), nil, new(int64(30)), time.Duration(maxGraceSeconds-5) * time.Second, maxGraceSeconds, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -184,7 +194,7 @@ func FuzzManifests(f *testing.F) {
 	f.Add([]byte("---\n---\n- a\n---\n\"x\"\n"))
 	cfg := Config{Image: "sm:1"}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, fn := range []PodFunc{injectFunc(cfg), Uninject} {
+		for i, fn := range []PodFunc{injectFunc(cfg), Uninject} {
 			out, err := Manifests(data, fn, &bytes.Buffer{})
 			if err != nil {
 				if !strings.HasPrefix(err.Error(), "document ") {
@@ -198,6 +208,16 @@ func FuzzManifests(f *testing.F) {
 			}
 			if !bytes.Equal(again, out) {
 				t.Fatalf("second pass changed the output:\nfirst:\n%s\nsecond:\n%s", out, again)
+			}
+			// uninject∘inject = identity, field for field as written, for a stream nothing had been injected into.
+			if i == 0 && !bytes.Contains(data, []byte(AnnotationStatus)) {
+				back, err := Manifests(out, Uninject, &bytes.Buffer{})
+				if err != nil {
+					t.Fatalf("uninjecting our own output: %v\noutput:\n%s", err, out)
+				}
+				if g, w := decodeUnstructured(t, back), decodeUnstructured(t, data); !reflect.DeepEqual(g, w) {
+					t.Fatalf("uninject after inject differs from the input:\ninput:\n%s\nback:\n%s", data, back)
+				}
 			}
 		}
 	})
@@ -224,5 +244,30 @@ func TestParseStatus(t *testing.T) {
 	meta.Annotations[AnnotationStatus] = "{"
 	if err := Uninject(&meta, &spec); err == nil || !strings.Contains(err.Error(), AnnotationStatus) {
 		t.Errorf("a broken status annotation: got %v, want an error naming it", err)
+	}
+}
+
+// TestAgentGracePeriodFlag: agent mode's --termination-grace-period is a duration `run` accepts (positive,
+// within time.Duration) for every grace period the API server accepts, and Kubernetes' default when none.
+func TestAgentGracePeriodFlag(t *testing.T) {
+	for _, grace := range []int64{0, 1, 30, 300, 9223372036, 9223372037, math.MaxInt64 / 2, math.MaxInt64 - 1, math.MaxInt64} {
+		meta := metav1.ObjectMeta{}
+		spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Args: []string{"-c", "/e.yaml"}}}}
+		if err := Inject(&meta, &spec, Config{Image: "sm:1", Mode: ModeAgent}); err != nil {
+			t.Fatalf("grace %d: %v", grace, err)
+		}
+		var flag string
+		for _, a := range spec.Containers[0].Command {
+			if v, ok := strings.CutPrefix(a, "--termination-grace-period="); ok {
+				flag = v
+			}
+		}
+		d, err := time.ParseDuration(flag)
+		if err != nil || d <= AgentMargin {
+			t.Errorf("grace %d: --termination-grace-period=%s (%v), want a duration longer than the agent's margin", grace, flag, err)
+		}
+		if g := *spec.TerminationGracePeriodSeconds; g < grace {
+			t.Errorf("grace %d lowered to %d", grace, g)
+		}
 	}
 }

@@ -7,12 +7,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 )
 
@@ -46,6 +50,23 @@ func Manifests(data []byte, fn PodFunc, notes io.Writer) ([]byte, error) {
 // output and the document at hand, never the whole input. It reads at most MaxStreamBytes, and no
 // document over MaxDocumentBytes (ErrTooLarge).
 func ManifestsFrom(r io.Reader, fn PodFunc, notes io.Writer) ([]byte, error) {
+	return Transform(r, fn, Options{Notes: notes})
+}
+
+// Options are what Transform needs beyond the mutation.
+type Options struct {
+	// Workloads are kinds whose pod template sits where they say (--template-path, see ParseTemplatePath),
+	// looked up before the table of known workloads.
+	Workloads []Workload
+	// Notes gets the notes (workloads left unchanged, and why); nil discards them.
+	Notes io.Writer
+}
+
+// Transform is ManifestsFrom with Options.
+func Transform(r io.Reader, fn PodFunc, opts Options) ([]byte, error) {
+	if opts.Notes == nil {
+		opts.Notes = io.Discard
+	}
 	var out bytes.Buffer
 	sc := newDocScanner(io.LimitReader(r, MaxStreamBytes+1))
 	for i := 1; ; i++ {
@@ -56,7 +77,7 @@ func ManifestsFrom(r io.Reader, fn PodFunc, notes io.Writer) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		body, err := transformDocument(doc.body, fn, notes, fmt.Sprintf("document %d", i))
+		body, err := transformDocument(doc.body, fn, opts, fmt.Sprintf("document %d", i))
 		if err != nil {
 			return nil, err
 		}
@@ -171,7 +192,7 @@ func (h header) describe() string {
 
 // transformDocument returns body with fn applied to its workload (or to each workload of a List), or body
 // itself when there is nothing to change. where names the document in errors and notes.
-func transformDocument(body []byte, fn PodFunc, notes io.Writer, where string) ([]byte, error) {
+func transformDocument(body []byte, fn PodFunc, opts Options, where string) ([]byte, error) {
 	js, err := yaml.YAMLToJSON(body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: not YAML: %w", where, err)
@@ -181,22 +202,43 @@ func transformDocument(body []byte, fn PodFunc, notes io.Writer, where string) (
 		return body, nil // empty, a comment, or not an object: not ours to judge
 	}
 	var h header
-	if err := json.Unmarshal(js, &h); err != nil {
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(js, &h); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
 	where = fmt.Sprintf("%s (%s)", where, h.describe())
 	if strings.HasSuffix(h.Kind, "List") {
-		return transformList(body, js, fn, notes, where)
+		return transformList(body, js, fn, opts, where)
 	}
-	out, changed, err := transformObject(js, h, fn, notes, where)
+	out, changed, err := transformObject(js, h, fn, opts, where)
 	if err != nil || !changed {
 		return body, err
 	}
-	return yaml.JSONToYAML(out)
+	return encodeLike(body, out)
+}
+
+// encodeLike encodes the object js (JSON) as the document body it came from was written: JSON (as `kubectl
+// get -o json` writes it, or on one line) for a document in JSON, else YAML.
+func encodeLike(body, js []byte) ([]byte, error) {
+	text := bytes.TrimSpace(body)
+	if len(text) == 0 || text[0] != '{' {
+		return yaml.JSONToYAML(js)
+	}
+	var out bytes.Buffer
+	if i := bytes.IndexByte(text, '\n'); i < 0 {
+		out.Write(js)
+	} else {
+		line := text[i+1:]
+		indent := line[:len(line)-len(bytes.TrimLeft(line, " \t"))]
+		if err := json.Indent(&out, js, "", string(indent)); err != nil {
+			return nil, err
+		}
+	}
+	out.WriteByte('\n')
+	return out.Bytes(), nil
 }
 
 // transformList applies fn to every workload among a List's items.
-func transformList(body, js []byte, fn PodFunc, notes io.Writer, where string) ([]byte, error) {
+func transformList(body, js []byte, fn PodFunc, opts Options, where string) ([]byte, error) {
 	var list map[string]json.RawMessage
 	if err := json.Unmarshal(js, &list); err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
@@ -210,10 +252,10 @@ func transformList(body, js []byte, fn PodFunc, notes io.Writer, where string) (
 	changed := false
 	for i, item := range items {
 		var h header
-		if err := json.Unmarshal(item, &h); err != nil {
+		if err := kjson.UnmarshalCaseSensitivePreserveInts(item, &h); err != nil {
 			return nil, fmt.Errorf("%s item %d: %w", where, i+1, err)
 		}
-		out, c, err := transformObject(item, h, fn, notes, fmt.Sprintf("%s item %d (%s)", where, i+1, h.describe()))
+		out, c, err := transformObject(item, h, fn, opts, fmt.Sprintf("%s item %d (%s)", where, i+1, h.describe()))
 		if err != nil {
 			return nil, err
 		}
@@ -233,74 +275,194 @@ func transformList(body, js []byte, fn PodFunc, notes io.Writer, where string) (
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", where, err)
 	}
-	return yaml.JSONToYAML(out)
+	return encodeLike(body, out)
 }
 
-// transformObject decodes one object (JSON) into its typed workload, applies fn to its pod, and returns
-// its JSON when fn changed something. Decoding is strict: a field the Kubernetes API types do not know is
-// an error rather than silently dropped.
-func transformObject(js []byte, h header, fn PodFunc, notes io.Writer, where string) ([]byte, bool, error) {
-	w, ok := LookupWorkload(h.APIVersion, h.Kind)
+// transformObject applies fn to the pod template of one object (JSON), found by its kind (see workloads),
+// and returns its JSON when fn changed something. Decoding is strict: a field the Kubernetes API types do
+// not know is an error rather than silently dropped. An object of a kind inject does not know that holds an
+// Envoy container is an error naming --template-path: it is never passed through silently.
+func transformObject(js []byte, h header, fn PodFunc, opts Options, where string) ([]byte, bool, error) {
+	w, ok := lookupWorkload(opts.Workloads, h.APIVersion, h.Kind)
 	if !ok {
-		if IsWorkloadKind(h.Kind) {
-			return nil, false, fmt.Errorf("%s: apiVersion %q is not supported for %s", where, h.APIVersion, h.Kind)
+		return js, false, unknownKind(js, h, where)
+	}
+	if w.New != nil {
+		if err := decodeStrict(js, w.New()); err != nil {
+			return nil, false, fmt.Errorf("%s: %w", where, err)
 		}
+	}
+	orig, err := decodeValue(js)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", where, err)
+	}
+	obj, _ := orig.(map[string]any)
+	tmpl, ok := lookupPath(obj, w.Template)
+	if !ok {
+		fmt.Fprintf(opts.Notes, "%s: no pod template at %s; left unchanged\n", where, strings.Join(w.Template, "."))
 		return js, false, nil
 	}
-	obj := w.New()
-	if err := yaml.UnmarshalStrict(js, obj); err != nil {
-		return nil, false, fmt.Errorf("%s: %w", where, err)
-	}
-	before := w.New()
-	if err := json.Unmarshal(js, before); err != nil {
-		return nil, false, fmt.Errorf("%s: %w", where, err)
-	}
-	if outer, ok := obj.(metav1.Object); ok && h.Kind != "Pod" {
-		for k := range outer.GetAnnotations() {
-			if strings.HasPrefix(k, Prefix) {
-				fmt.Fprintf(notes, "%s: annotation %s is on the %s itself and has no effect: put it on the pod template (spec.template.metadata.annotations)\n", where, k, h.Kind)
+	if len(w.Template) > 0 {
+		if meta, ok := obj["metadata"].(map[string]any); ok {
+			annotations, _ := meta["annotations"].(map[string]any)
+			for _, k := range slices.Sorted(maps.Keys(annotations)) {
+				if strings.HasPrefix(k, Prefix) {
+					fmt.Fprintf(opts.Notes, "%s: annotation %s is on the %s itself and has no effect: put it on the pod template (%s.metadata.annotations)\n", where, k, h.Kind, strings.Join(w.Template, "."))
+				}
 			}
 		}
 	}
-	meta, spec := w.Pod(obj)
-	err := fn(meta, spec)
+	// The pod: the template's metadata and spec (a Pod's own), as a PodTemplateSpec.
+	pod := map[string]any{}
+	for _, k := range []string{"metadata", "spec"} {
+		if v, ok := tmpl[k]; ok {
+			pod[k] = v
+		}
+	}
+	podJS, err := json.Marshal(pod)
+	if err != nil {
+		return nil, false, fmt.Errorf("%s: %w", where, err)
+	}
+	var before, after corev1.PodTemplateSpec
+	if err := decodeStrict(podJS, &after); err != nil {
+		return nil, false, fmt.Errorf("%s: %s: %w", where, fieldPath(w.Template), err)
+	}
+	if err := kjson.UnmarshalCaseSensitivePreserveInts(podJS, &before); err != nil {
+		return nil, false, fmt.Errorf("%s: %w", where, err)
+	}
+	err = fn(&after.ObjectMeta, &after.Spec)
 	if errors.Is(err, ErrOptedOut) || errors.Is(err, ErrNoEnvoy) {
-		fmt.Fprintf(notes, "%s: %v; left unchanged\n", where, err)
+		fmt.Fprintf(opts.Notes, "%s: %v; left unchanged\n", where, err)
 		return js, false, nil
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", where, err)
 	}
-	if equality.Semantic.DeepEqual(before, obj) {
+	if equality.Semantic.DeepEqual(before, after) {
 		return js, false, nil
 	}
-	out, err := json.Marshal(obj)
+	changed, err := writeBack(pod, &before, &after)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: encoding: %w", where, err)
 	}
-	out, err = pruneEmpty(out)
+	for _, k := range []string{"metadata", "spec"} {
+		if v, ok := changed[k]; ok {
+			tmpl[k] = v
+		} else {
+			delete(tmpl, k)
+		}
+	}
+	out, err := json.Marshal(obj)
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: encoding: %w", where, err)
 	}
 	return out, true, nil
 }
 
+// unknownKind is the verdict on an object of a kind that is not a workload inject knows: nil (pass it
+// through), unless it is a known kind under another API version, or it holds an Envoy container (as
+// findEnvoy recognises one: named envoy, or running Envoy's image) anywhere.
+func unknownKind(js []byte, h header, where string) error {
+	if IsWorkloadKind(h.Kind) {
+		return fmt.Errorf("%s: apiVersion %q is not supported for %s (if it is another resource of that kind, give its pod template's path: %s)",
+			where, h.APIVersion, h.Kind, templateFlag(h.APIVersion, h.Kind, specTemplate))
+	}
+	v, err := decodeValue(js)
+	if err != nil || isRecord(h.APIVersion, h.Kind) {
+		return nil
+	}
+	path, name, ok := findEnvoyAnywhere(v, nil)
+	if !ok {
+		return nil
+	}
+	template := path[:max(len(path)-1, 0)] // the template holds the spec that holds the containers
+	return fmt.Errorf("%s: %s %s is not a kind inject knows, and it holds an Envoy container (%q in %s): give its pod template's path with %s",
+		where, h.APIVersion, h.Kind, name, fieldPath(path), templateFlag(h.APIVersion, h.Kind, template))
+}
+
+// findEnvoyAnywhere looks through a decoded object for a list of containers (a "containers" or
+// "initContainers" field) holding one that is Envoy's by findEnvoy's rule, and returns the path of the
+// object holding the list and the container's name.
+func findEnvoyAnywhere(v any, path []string) ([]string, string, bool) {
+	switch v := v.(type) {
+	case map[string]any:
+		for _, field := range []string{"containers", "initContainers"} {
+			list, _ := v[field].([]any)
+			for _, c := range list {
+				m, _ := c.(map[string]any)
+				name, _ := m["name"].(string)
+				image, _ := m["image"].(string)
+				if name == "envoy" || isEnvoyImage(image) {
+					return path, name, true
+				}
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			if p, n, ok := findEnvoyAnywhere(v[k], append(slices.Clip(path), k)); ok {
+				return p, n, true
+			}
+		}
+	case []any:
+		for i, e := range v {
+			if p, n, ok := findEnvoyAnywhere(e, append(slices.Clip(path), strconv.Itoa(i))); ok {
+				return p, n, true
+			}
+		}
+	}
+	return nil, "", false
+}
+
+// lookupPath returns the object at path in obj (obj itself for an empty path).
+func lookupPath(obj map[string]any, path []string) (map[string]any, bool) {
+	for _, f := range path {
+		next, ok := obj[f].(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		obj = next
+	}
+	return obj, obj != nil
+}
+
+func fieldPath(path []string) string {
+	if len(path) == 0 {
+		return "the object itself"
+	}
+	return strings.Join(path, ".")
+}
+
+// writeBack returns pod (the pod template as read) with the changes from before to after applied: see
+// applyChanges.
+func writeBack(pod map[string]any, before, after *corev1.PodTemplateSpec) (map[string]any, error) {
+	var vals [2]any
+	for i, v := range []any{before, after} {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		if vals[i], err = decodeValue(enc); err != nil {
+			return nil, err
+		}
+	}
+	out, _ := applyChanges(pod, true, vals[0], vals[1])
+	m, _ := out.(map[string]any)
+	return m, nil
+}
+
+// decodeStrict decodes js into obj as the API server does with strict field validation: field names are
+// case-sensitive, and a field the type does not know, or one given twice, is an error rather than dropped.
+func decodeStrict(js []byte, obj any) error {
+	strict, err := kjson.UnmarshalStrict(js, obj, kjson.DisallowDuplicateFields, kjson.DisallowUnknownFields)
+	if err != nil {
+		return err
+	}
+	return errors.Join(strict...)
+}
+
 // emptyNoise are the fields that Go's encoding of the API types writes as {} or null when a manifest
 // leaves them out (struct values and a zero time, which omitempty does not drop). Empty or absent, they
-// mean the same; dropping them keeps the output close to the input.
+// mean the same; they are dropped from what the mutation adds (see applyChanges).
 var emptyNoise = map[string]bool{"creationTimestamp": true, "resources": true, "strategy": true, "updateStrategy": true, "status": true, "metadata": true}
-
-// pruneEmpty removes emptyNoise fields whose value is null or {} from an encoded object.
-func pruneEmpty(js []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(js))
-	dec.UseNumber() // integers stay exact
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	prune(v)
-	return json.Marshal(v)
-}
 
 func prune(v any) {
 	switch v := v.(type) {

@@ -219,10 +219,11 @@ func flagValue(w []string, name string) (string, bool) {
 // admin address the peer's Envoy uses unless one was given), or refuses the pod with ErrPeerManager. A pod
 // without a peer's manager, or without an Envoy container (inject reports that), is left alone.
 func takeOver(spec *corev1.PodSpec, set *settings) error {
-	envoy, err := findEnvoy(spec, set.EnvoyContainer)
-	if err != nil {
-		return nil
+	ref, err := findEnvoy(spec, set.EnvoyContainer)
+	if err != nil || ref.init {
+		return nil // the peers' pods run Envoy among the containers, never as a native sidecar
 	}
+	envoy := ref.index
 	found, ok, err := findPeer(spec, envoy)
 	if err != nil || !ok {
 		return err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -289,8 +290,15 @@ func decodeWorkload(t *testing.T, w peers.Workload) any {
 }
 
 func podOf(t *testing.T, w peers.Workload, obj any) (*metav1.ObjectMeta, *corev1.PodSpec) {
-	wl, _ := LookupWorkload("apps/v1", w.Kind)
-	return wl.Pod(obj)
+	t.Helper()
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	}
+	t.Fatalf("%s: %T is not a peer's workload", w.Source, obj)
+	return nil, nil
 }
 
 func deepCopy(t *testing.T, kind string, obj any) any {

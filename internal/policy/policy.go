@@ -16,6 +16,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,17 +39,22 @@ var Refusals = []struct{ Name, Why string }{
 	{"not-injected", "the pod carries the status annotation already: it was injected (reinvocation, or a manifest injected by `inject`); the policy never injects twice"},
 	{"not-opted-out", "annotation " + inject.AnnotationInject + `: "` + inject.InjectFalse + `"`},
 	{"no-pod-settings", "a " + inject.Prefix + " annotation other than inject: \"" + inject.InjectTrue + "\" (per-pod settings): the policy's settings are fixed when it is written, and parsing durations or regular expressions per pod is beyond CEL; use `inject` or the webhook"},
-	{"envoy-found", "no container is Envoy's: none has the name --envoy-container gives or, without it, none is named envoy and not exactly one runs Envoy's image (inject refuses such a pod too)"},
+	{"envoy-found", "no container is Envoy's: none has the name --envoy-container gives or, without it, not exactly one container is named envoy or runs Envoy's image (inject refuses such a pod too: none, or two Envoys)"},
+	{"envoy-not-native-sidecar", "a native sidecar (an init container with restartPolicy Always) is Envoy's (named as --envoy-container says; without it, named envoy or running Envoy's image): inject drains it there (or, with another Envoy among the containers, refuses the pod); the policy's patches address spec.containers only"},
 	{"no-peer-manager", "the pod runs another project's shutdown manager (a container running Contour's or Envoy Gateway's `… envoy shutdown-manager`, or MARIN3R's envoy-shtdn-mgr): the policy does not take over; inject refuses such a pod too unless --takeover, and a takeover records the removed containers as JSON in the status annotation (for uninject), which CEL cannot write: use `inject --takeover` or the webhook with --takeover"},
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
+	{"no-host-network", "sidecar mode with --hook http: the pod uses the node's network (hostNetwork), where the sidecar's port would be the node's: inject refuses it"},
 	{"envoy-command-known", "agent mode: Envoy's container sets neither command nor args: inject refuses it"},
 }
 
 // probeGrace is the grace period of the probe pods (seconds): far beyond any drain timeout asked for, so the
 // grace period is never raised, and the strings it leads to are recognisable in what inject wrote.
 const probeGrace = 987654321
+
+// maxGraceSeconds is the longest grace period a Go duration holds in whole seconds (inject's limit).
+const maxGraceSeconds = math.MaxInt64 / int64(time.Second)
 
 // defaultGrace is Kubernetes' terminationGracePeriodSeconds when a pod sets none (the API server sets it
 // before admission, so the policy only meets it for pods that come without).
@@ -248,12 +254,12 @@ func (g *generator) byName() string {
 }
 
 // isEnvoy: container c is Envoy's, as inject finds it: by the configured name only; without one, the
-// container named envoy, else the one whose image is Envoy's (envoyFound makes sure there is one).
+// container named envoy or running Envoy's image (envoyFound makes sure there is exactly one).
 func (g *generator) isEnvoy(c string) string {
 	if g.cfg.EnvoyContainer != "" {
 		return fmt.Sprintf(`(%s.name == %s)`, c, celString(g.envoy))
 	}
-	return fmt.Sprintf(`(%s.name == %s || !%s && %s)`, c, celString(g.envoy), g.byName(), envoyImage(c+".image"))
+	return fmt.Sprintf(`(%s.name == %s || %s)`, c, celString(g.envoy), envoyImage(c+".image"))
 }
 
 // envoyFound: inject finds Envoy's container in the pod.
@@ -261,7 +267,7 @@ func (g *generator) envoyFound() string {
 	if g.cfg.EnvoyContainer != "" {
 		return g.byName()
 	}
-	return fmt.Sprintf(`%s || size(object.spec.containers.filter(c, %s)) == 1`, g.byName(), envoyImage("c.image"))
+	return fmt.Sprintf(`size(object.spec.containers.filter(c, %s)) == 1`, g.isEnvoy("c"))
 }
 
 // envoyIndex: the index of Envoy's container.
@@ -270,7 +276,7 @@ func (g *generator) envoyIndex() string {
 	if g.cfg.EnvoyContainer != "" {
 		return byName
 	}
-	return fmt.Sprintf(`%s ? %s : object.spec.containers.map(c, %s).indexOf(true)`, g.byName(), byName, envoyImage("c.image"))
+	return fmt.Sprintf(`object.spec.containers.map(c, %s).indexOf(true)`, g.isEnvoy("c"))
 }
 
 // peerManager: container c runs another project's shutdown manager, as inject recognises it (internal/inject
@@ -307,6 +313,8 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 			hasAnn, ann, celString(inject.Prefix), celString(inject.AnnotationInject), celString(inject.AnnotationStatus), celString(inject.InjectTrue))},
 		{Name: "envoy-found", Expression: g.envoyFound()},
 		{Name: "no-peer-manager", Expression: fmt.Sprintf(`!(has(object.spec.initContainers) && object.spec.initContainers.exists(c, %[1]s)) && !object.spec.containers.exists(c, %[1]s)`, peerManager("c"))},
+		{Name: "envoy-not-native-sidecar", Expression: fmt.Sprintf(
+			`!has(object.spec.initContainers) || !object.spec.initContainers.exists(c, has(c.restartPolicy) && c.restartPolicy == "Always" && %s)`, g.isEnvoy("c"))},
 		{Name: "envoy-without-prestop", Expression: fmt.Sprintf(
 			`object.spec.containers.all(c, %s || !has(c.lifecycle) || !has(c.lifecycle.preStop))`, notEnvoy("c"))},
 		{Name: "names-free", Expression: fmt.Sprintf(
@@ -331,7 +339,8 @@ object.spec.containers.all(c, %[3]s || !has(c.volumeMounts) || !c.volumeMounts.e
 		in := "[" + strings.Join(ports, ", ") + "]"
 		conds = append(conds, admissionv1.MatchCondition{Name: "ports-free", Expression: fmt.Sprintf(
 			`!(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.ports) && c.ports.exists(p, p.containerPort in %[1]s))) &&
-!object.spec.containers.exists(c, has(c.ports) && c.ports.exists(p, p.containerPort in %[1]s))`, in)})
+!object.spec.containers.exists(c, has(c.ports) && c.ports.exists(p, p.containerPort in %[1]s))`, in)},
+			admissionv1.MatchCondition{Name: "no-host-network", Expression: `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`})
 	}
 	if g.status.Mode == inject.ModeAgent {
 		conds = append(conds, admissionv1.MatchCondition{Name: "envoy-command-known", Expression: fmt.Sprintf(
@@ -349,7 +358,9 @@ func (g *generator) mutation() (string, []admissionv1.Variable, error) {
 	vars := []admissionv1.Variable{
 		{Name: "envoyIndex", Expression: g.envoyIndex()},
 		{Name: "envoy", Expression: `object.spec.containers[variables.envoyIndex]`},
-		{Name: "grace", Expression: fmt.Sprintf(`has(object.spec.terminationGracePeriodSeconds) ? object.spec.terminationGracePeriodSeconds : %d`, defaultGrace)},
+		// inject's arithmetic saturates at the longest grace period a Go duration holds in whole seconds:
+		// a longer one is kept, and the drain gets that much of it.
+		{Name: "grace", Expression: fmt.Sprintf(`has(object.spec.terminationGracePeriodSeconds) ? (object.spec.terminationGracePeriodSeconds > %[2]d ? %[2]d : object.spec.terminationGracePeriodSeconds) : %[1]d`, defaultGrace, maxGraceSeconds)},
 		// inject keeps a grace period that fits the drain (and the drain then uses all of it, less the
 		// margin), and raises one that does not to the same value for every pod.
 		{Name: "fits", Expression: fmt.Sprintf(`variables.grace >= %d`, g.raised)},

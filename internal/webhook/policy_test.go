@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -60,6 +61,70 @@ func TestDecide(t *testing.T) {
 			}
 			want := before.DeepCopy()
 			if err := inject.Inject(&want.ObjectMeta, &want.Spec, testConfig); err != nil {
+				t.Fatal(err)
+			}
+			if !equality.Semantic.DeepEqual(got.Pod, want) {
+				t.Errorf("Decide's pod differs from inject.Inject's")
+			}
+		})
+	}
+}
+
+// TestDecideIsInject: for pods as people build them (Envoy as a native sidecar, two Envoys, the node's
+// network, the longest grace periods), the webhook stores what inject writes, or refuses what inject refuses
+// with inject's reason.
+func TestDecideIsInject(t *testing.T) {
+	grace := func(p *corev1.Pod, g int64) *corev1.Pod { p.Spec.TerminationGracePeriodSeconds = &g; return p }
+	nativeEnvoy := func() *corev1.Pod {
+		p := appPod()
+		p.Labels[inject.LabelInject] = inject.InjectEnabled
+		envoy := envoyPod().Spec.Containers[0]
+		envoy.RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
+		p.Spec.InitContainers = []corev1.Container{envoy}
+		return p
+	}
+	twoEnvoys := envoyPod()
+	twoEnvoys.Spec.Containers = append(twoEnvoys.Spec.Containers, corev1.Container{Name: "internal", Image: "envoyproxy/envoy:v1.40.0"})
+	hostNetwork := envoyPod()
+	hostNetwork.Spec.HostNetwork = true
+	sidecarHTTP := testConfig
+	sidecarHTTP.Mode, sidecarHTTP.Hook = inject.ModeSidecar, inject.HookHTTP
+	sidecar := testConfig
+	sidecar.Mode = inject.ModeSidecar
+	agent := testConfig
+	agent.Mode = inject.ModeAgent
+	tests := []struct {
+		name       string
+		pod        *corev1.Pod
+		cfg        inject.Config
+		want       Outcome
+		wantReason string
+	}{
+		{"native sidecar Envoy, hook", nativeEnvoy(), testConfig, OutcomeInjected, ""},
+		{"native sidecar Envoy, sidecar", nativeEnvoy(), sidecar, OutcomeInjected, ""},
+		{"native sidecar Envoy, agent", nativeEnvoy(), agent, OutcomeWarning, "native sidecar"},
+		{"two Envoys", twoEnvoys, testConfig, OutcomeWarning, `2 Envoy containers: envoy (envoyproxy/envoy:v1.40.0), internal (envoyproxy/envoy:v1.40.0)`},
+		{"host network, http hook", hostNetwork, sidecarHTTP, OutcomeWarning, "hostNetwork"},
+		{"host network, exec hook", hostNetwork, sidecar, OutcomeInjected, ""},
+		{"largest grace, hook", grace(envoyPod(), math.MaxInt64), testConfig, OutcomeInjected, ""},
+		{"largest grace, agent", grace(envoyPod(), math.MaxInt64), agent, OutcomeInjected, ""},
+		{"grace just over a duration, agent", grace(envoyPod(), 9223372037), agent, OutcomeInjected, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Decide(Review{Namespace: "apps", Operation: admissionv1.Create, Pod: tt.pod}, tt.cfg)
+			if got.Outcome != tt.want || !strings.Contains(got.Reason, tt.wantReason) {
+				t.Fatalf("Decide = %s (%q), want %s (%q)", got.Outcome, got.Reason, tt.want, tt.wantReason)
+			}
+			want := tt.pod.DeepCopy()
+			err := inject.Inject(&want.ObjectMeta, &want.Spec, tt.cfg)
+			if got.Pod == nil {
+				if err == nil || err.Error() != got.Reason {
+					t.Errorf("Decide refused with %q, inject said %v", got.Reason, err)
+				}
+				return
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			if !equality.Semantic.DeepEqual(got.Pod, want) {

@@ -3,7 +3,9 @@
 package kube
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +13,11 @@ import (
 	"syscall"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 )
 
@@ -188,6 +195,7 @@ func TestManifestsDryRun(t *testing.T) {
 	}
 	api := kubetest.Start(t)
 	minor := api.Version(t).Minor
+	installCRDs(t, api)
 	for _, f := range files {
 		t.Run(f, func(t *testing.T) {
 			path := filepath.Join(repoRoot, f)
@@ -200,8 +208,80 @@ func TestManifestsDryRun(t *testing.T) {
 			}
 			api.CreateNamespacesOf(t, path)
 			api.ApplyDryRun(t, path)
+			// A custom resource's schema (testdata/crds.yaml) leaves its pod template unchecked: the
+			// template inject wrote is checked on its own, as a PodTemplate.
+			if templates := customTemplates(t, path); templates != "" {
+				api.ApplyDryRun(t, templates)
+			}
 		})
 	}
+}
+
+// installCRDs installs testdata/crds.yaml (the custom workloads inject reads, with open schemas) and waits
+// until the API server serves them.
+func installCRDs(t *testing.T, api *kubetest.APIServer) {
+	t.Helper()
+	api.Kubectl(t, "apply", "-f", "testdata/crds.yaml")
+	api.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "-f", "testdata/crds.yaml")
+}
+
+// goldenTemplatePaths are the --template-path flags inject's golden cases use (internal/inject/golden_test.go).
+var goldenTemplatePaths = []string{"example.com/v1/EdgeFleet=spec.pod"}
+
+// customTemplates writes the pod templates of the custom resources in the manifest at path (the kinds of
+// inject's table without an API type, and goldenTemplatePaths) to a file of v1 PodTemplates in the namespace
+// default, and returns its path; "" when path holds no custom resource.
+func customTemplates(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := inject.Options{}
+	for _, v := range goldenTemplatePaths {
+		w, err := inject.ParseTemplatePath(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.Workloads = append(opts.Workloads, w)
+	}
+	custom := false
+	for doc := range strings.SplitSeq(string(data), "\n---") {
+		var h struct{ APIVersion, Kind string }
+		if yaml.Unmarshal([]byte(doc), &h) != nil {
+			continue
+		}
+		if w, ok := inject.LookupWorkload(h.APIVersion, h.Kind); ok && w.New == nil || h.Kind == "EdgeFleet" {
+			custom = true
+		}
+	}
+	if !custom {
+		return ""
+	}
+	var list []any
+	_, err = inject.Transform(bytes.NewReader(data), func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+		list = append(list, corev1.PodTemplate{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PodTemplate"},
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("template-%d", len(list)), Namespace: "default"},
+			Template:   corev1.PodTemplateSpec{ObjectMeta: *meta.DeepCopy(), Spec: *spec.DeepCopy()},
+		})
+		return nil
+	}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) == 0 {
+		return ""
+	}
+	out, err := yaml.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": list})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "templates.yaml")
+	if err := os.WriteFile(file, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
 }
 
 // manifests returns deploy/**/*.yaml and internal/inject/testdata/*.out.yaml, relative to the repository root.

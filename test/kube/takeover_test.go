@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,7 +86,7 @@ func TestTakeoverControllers(t *testing.T) {
 				if err := yaml.UnmarshalStrict(w.YAML, mangled); err != nil {
 					t.Fatal(err)
 				}
-				m, s := wl.Pod(mangled)
+				m, s := templateOf(t, mangled)
 				if err := inject.Inject(m, s, injectCfg); err != nil {
 					t.Fatal(err)
 				}
@@ -109,7 +110,7 @@ func TestTakeoverControllers(t *testing.T) {
 			}
 
 			// A pod of its template, as the ReplicaSet or DaemonSet controller would create it: taken over.
-			tplMeta, tplSpec := wl.Pod(sent)
+			tplMeta, tplSpec := templateOf(t, sent)
 			pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: *tplMeta.DeepCopy(), Spec: *tplSpec.DeepCopy()}
 			pod.Name, pod.Namespace = name, "opted"
 			out := create(t, api, pod, "--dry-run=server")
@@ -245,4 +246,18 @@ func serviceAccounts(t *testing.T, api *kubetest.APIServer, workloads []peers.Wo
 	if len(items) > 0 {
 		apply(t, api, map[string]any{"apiVersion": "v1", "kind": "List", "items": items})
 	}
+}
+
+// templateOf is the pod template of a peer's workload (a Deployment or a DaemonSet, as LookupWorkload's New
+// makes them).
+func templateOf(t *testing.T, obj any) (*metav1.ObjectMeta, *corev1.PodSpec) {
+	t.Helper()
+	switch o := obj.(type) {
+	case *appsv1.Deployment:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	case *appsv1.DaemonSet:
+		return &o.Spec.Template.ObjectMeta, &o.Spec.Template.Spec
+	}
+	t.Fatalf("%T: not a peer's workload", obj)
+	return nil, nil
 }

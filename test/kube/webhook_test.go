@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -102,6 +103,25 @@ func TestWebhook(t *testing.T) {
 			got := decodePod(t, create(t, api, pod).stdout)
 			want := expected(t, pod)
 			assertSamePod(t, got, want)
+		}
+	})
+
+	t.Run("pods as people build them: stored as inject writes them", func(t *testing.T) {
+		native := envoy("native-sidecar", func(p *corev1.Pod) { // Envoy as a mesh runs its proxy
+			e := p.Spec.Containers[0]
+			e.RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
+			p.Spec.InitContainers = append(p.Spec.InitContainers, e)
+			p.Spec.Containers = []corev1.Container{{Name: "app", Image: "example.com/app:v1"}}
+		})
+		longest := envoy("grace-longest", func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = new(int64(math.MaxInt64)) })
+		overDuration := envoy("grace-over-duration", func(p *corev1.Pod) { p.Spec.TerminationGracePeriodSeconds = new(int64(9223372037)) })
+		for _, pod := range []*corev1.Pod{native, longest, overDuration} {
+			pod.Namespace = "opted"
+			got := decodePod(t, create(t, api, pod).stdout)
+			if !inject.Injected(&got.ObjectMeta) {
+				t.Errorf("pod %s not injected", pod.Name)
+			}
+			assertSamePod(t, got, expected(t, pod))
 		}
 	})
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -77,6 +78,11 @@ var goldenSettings = map[string]func(*inject.Config){
 	"sidecar-existing-init-containers": func(c *inject.Config) { c.Mode = inject.ModeSidecar },
 	"reinject-other-mode":              func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
 	"env-user-set-agent":               func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"native-sidecar-envoy-sidecar":     func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"native-sidecar-envoy-agent":       func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"sidecar-http-host-network":        func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
+	"sidecar-host-network":             func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	"agent-grace-max":                  func(c *inject.Config) { c.Mode = inject.ModeAgent },
 }
 
 // refused are the golden inputs (by file name) whose pods inject injects but the policy refuses, and why
@@ -89,6 +95,8 @@ var refused = map[string]string{
 	"existing-prestop-replaced":       "envoy-without-prestop",
 	"agent-existing-prestop-replaced": "envoy-without-prestop",
 	"reinject-other-mode":             "not-injected",
+	"native-sidecar-envoy":            "envoy-not-native-sidecar",
+	"native-sidecar-envoy-sidecar":    "envoy-not-native-sidecar",
 }
 
 // TestSameStoredPods is the proof that the policy is inject: for every golden input of inject that holds
@@ -188,7 +196,9 @@ func TestGracePeriods(t *testing.T) {
 	if !policyServed(t, api) {
 		return
 	}
-	graces := []int64{0, 1, 19, 20, 21, 30, 64, 65, 66, 3604, 3605, 7265, 86400}
+	// The last four: the longest grace period a Go duration holds in whole seconds, one more, and the
+	// longest the API server accepts (int64's largest) and one less: kept, the drain gets 9223372036 s less the margin.
+	graces := []int64{0, 1, 19, 20, 21, 30, 64, 65, 66, 3604, 3605, 7265, 86400, 9223372036, 9223372037, math.MaxInt64 - 1, math.MaxInt64}
 	for i, tc := range []struct {
 		name string
 		cfg  func(*inject.Config)
@@ -486,8 +496,8 @@ func TestSelection(t *testing.T) {
 }
 
 // TestFindEnvoy: the policy finds Envoy's container as inject does: by --envoy-container only when it is
-// given; else the container named envoy, else the only one whose image is Envoy's (a registry port, a
-// digest, a tag named envoy); none or two are refused by both.
+// given; else the only container named envoy or whose image is Envoy's (a registry port, a digest, a tag
+// named envoy); none or two (by name or image) are refused by both.
 func TestFindEnvoy(t *testing.T) {
 	api := kubetest.Start(t)
 	if !policyServed(t, api) {
@@ -507,7 +517,8 @@ func TestFindEnvoy(t *testing.T) {
 		pod("distroless-digest", "proxy=docker.io/envoyproxy/envoy-distroless@sha256:0000000000000000000000000000000000000000000000000000000000000000", "app=example.com/app:v1"),
 		pod("registry-port", "app=example.com/app:v1", "proxy=registry.example.com:5000/envoy"),
 		pod("tag-is-not-image", "proxy=registry.example.com:5000/team/app:envoy"),
-		pod("named-wins", "front=envoyproxy/envoy:v1.40.0", "envoy=example.com/proxy:v1"),
+		pod("named-and-image", "front=envoyproxy/envoy:v1.40.0", "envoy=example.com/proxy:v1"),              // two Envoys: refused
+		pod("named-and-named-image", "envoy=envoyproxy/envoy:v1.40.0", "internal=envoyproxy/envoy:v1.40.0"), // two Envoys: refused
 		pod("two-images", "front=envoyproxy/envoy:v1.40.0", "back=envoyproxy/envoy-contrib:v1.40.0"),
 	}
 	for i, tc := range []struct {
@@ -515,7 +526,7 @@ func TestFindEnvoy(t *testing.T) {
 		cfg  func(*inject.Config)
 		want int // pods proven equal: inject injects them, and so does the policy
 	}{
-		{"found", nil, 5},
+		{"found", nil, 4},
 		{"configured", func(c *inject.Config) { c.EnvoyContainer = "proxy" }, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

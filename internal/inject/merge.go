@@ -1,0 +1,176 @@
+package inject
+
+import (
+	"bytes"
+	"encoding/json"
+	"reflect"
+)
+
+// Writing a mutated object back.
+//
+// The mutation works on typed objects, but a typed object does not encode back into what was read: Go's
+// encoding of the API types adds fields a manifest left out (a status block of zeros for a DaemonSet, a
+// StatefulSet or a ReplicaSet, `creationTimestamp: null`, `resources: {}`) and drops fields it set to their
+// zero value (`hostNetwork: false`). So the object written back is the object read, with only the changes
+// the mutation made: the difference between the typed object's encoding before and after the mutation,
+// applied to the document as it was read (as the webhook's patch is the difference of the pod's JSON before
+// and after). Everything the mutation did not touch stays as written, and uninject∘inject gives back what
+// went in, field for field.
+
+// decodeValue decodes JSON into generic values, numbers kept exact.
+func decodeValue(js []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// applyChanges returns orig (the document as read) changed as before became after (the typed object's
+// encoding before and after the mutation). present is false when the result is to be left out.
+func applyChanges(orig any, hasOrig bool, before, after any) (v any, present bool) {
+	if reflect.DeepEqual(before, after) {
+		return orig, hasOrig
+	}
+	switch a := after.(type) {
+	case map[string]any:
+		b, okB := before.(map[string]any)
+		o, okO := orig.(map[string]any)
+		if !okB || hasOrig && !okO {
+			return fresh(after), true
+		}
+		out := make(map[string]any, len(o))
+		for k, v := range o {
+			out[k] = v
+		}
+		for k, bv := range b {
+			if _, ok := a[k]; !ok {
+				delete(out, k)
+			} else if v, ok := applyChanges(out[k], keyIn(out, k), bv, a[k]); ok {
+				out[k] = v
+			} else {
+				delete(out, k)
+			}
+		}
+		for k, av := range a {
+			if _, ok := b[k]; !ok {
+				if v := fresh(av); !isEmptyNoise(k, v) {
+					out[k] = v
+				}
+			}
+		}
+		// A map the change emptied (Envoy's lifecycle without the hook, the annotations without the
+		// status) goes, unless the typed object still has something there.
+		if len(out) == 0 && len(o) > 0 && isEmpty(fresh(after)) {
+			return nil, false
+		}
+		return out, true
+	case []any:
+		b, okB := before.([]any)
+		o, okO := orig.([]any)
+		if !okB || !okO || len(o) != len(b) {
+			return fresh(after), true
+		}
+		pairs := align(b, a)
+		out := make([]any, 0, len(a))
+		for i, av := range a {
+			j, ok := pairs[i]
+			if !ok {
+				out = append(out, fresh(av))
+				continue
+			}
+			if v, ok := applyChanges(o[j], true, b[j], av); ok {
+				out = append(out, v)
+			}
+		}
+		return out, true
+	}
+	return after, true
+}
+
+func keyIn(m map[string]any, k string) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// align pairs the elements of after (by index) with those of before they came from: by name when every
+// element of both is an object with a distinct name (containers, volumes, variables), else the elements
+// that are equal, in order (a longest common subsequence). An element of after without a pair is new.
+func align(before, after []any) map[int]int {
+	if bn, ok := names(before); ok {
+		if an, ok := names(after); ok {
+			pairs := map[int]int{}
+			for i, n := range an {
+				for j, m := range bn {
+					if n == m {
+						pairs[i] = j
+					}
+				}
+			}
+			return pairs
+		}
+	}
+	// lcs[i][j]: the longest common subsequence of before[i:] and after[j:].
+	lcs := make([][]int, len(before)+1)
+	for i := range lcs {
+		lcs[i] = make([]int, len(after)+1)
+	}
+	for i := len(before) - 1; i >= 0; i-- {
+		for j := len(after) - 1; j >= 0; j-- {
+			if reflect.DeepEqual(before[i], after[j]) {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	pairs := map[int]int{}
+	for i, j := 0, 0; i < len(before) && j < len(after); {
+		switch {
+		case reflect.DeepEqual(before[i], after[j]):
+			pairs[j] = i
+			i, j = i+1, j+1
+		case lcs[i+1][j] >= lcs[i][j+1]:
+			i++
+		default:
+			j++
+		}
+	}
+	return pairs
+}
+
+// names returns the name of every element, and whether each is an object with a name of its own.
+func names(list []any) ([]string, bool) {
+	seen := map[string]bool{}
+	out := make([]string, len(list))
+	for i, e := range list {
+		m, ok := e.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		n, ok := m["name"].(string)
+		if !ok || seen[n] {
+			return nil, false
+		}
+		seen[n], out[i] = true, n
+	}
+	return out, true
+}
+
+// fresh is a value the mutation wrote where the document had none: its encoding without the empty fields
+// Go's encoding adds (emptyNoise).
+func fresh(v any) any {
+	prune(v)
+	return v
+}
+
+func isEmptyNoise(k string, v any) bool {
+	return emptyNoise[k] && isEmpty(v)
+}
+
+func isEmpty(v any) bool {
+	m, ok := v.(map[string]any)
+	return v == nil || ok && len(m) == 0
+}
