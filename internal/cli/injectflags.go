@@ -1,0 +1,115 @@
+package cli
+
+import (
+	"flag"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+)
+
+// injectFlags are the injection settings, shared by `inject` and `webhook` (and `policy`); each maps onto
+// inject.Config, and is passed on only when set.
+type injectFlags struct {
+	image           string
+	pullPolicy      string
+	mode            string
+	binaryFrom      string
+	hook            string
+	sidecarKind     string
+	envoyContainer  string
+	envoyCommand    string
+	admin           string
+	port            int
+	metricsPort     int
+	replaceHooks    bool
+	takeover        bool
+	delay           time.Duration
+	minDuration     time.Duration
+	quiet           time.Duration
+	timeout         time.Duration
+	minOpen         int64
+	count           string
+	listenerExclude stringList
+}
+
+func (f *injectFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.image, "image", "shutdown-manager:"+Version, "the shutdown-manager image")
+	fs.StringVar(&f.pullPolicy, "image-pull-policy", "", "pull policy of the injected containers and image volume: Always, IfNotPresent, Never (default: Kubernetes' default)")
+	fs.StringVar(&f.mode, "mode", string(inject.DefaultMode), "hook (Envoy's preStop runs drain; nothing runs until then), sidecar (serve beside Envoy), agent (run wraps Envoy's command)")
+	fs.StringVar(&f.binaryFrom, "binary-from", string(inject.DefaultBinaryFrom), "how Envoy's container gets the binary: copy (an init container copies it into an emptyDir) or image-volume (Kubernetes >= 1.35, containerd >= 2)")
+	fs.StringVar(&f.hook, "hook", string(inject.DefaultHook), "sidecar mode: exec (drain --via a unix socket; no port) or http (httpGet /shutdown on --port)")
+	fs.StringVar(&f.sidecarKind, "sidecar-kind", string(inject.DefaultSidecarKind), "sidecar mode: native (restartPolicy Always init container, Kubernetes >= 1.29) or plain (a regular container)")
+	fs.StringVar(&f.envoyContainer, "envoy-container", "", "Envoy's container (default: the one named envoy, else the one whose image is Envoy's)")
+	fs.StringVar(&f.envoyCommand, "envoy-command", strings.Join(inject.DefaultEnvoyCommand, " "), "agent mode: Envoy's command when its container sets none (words separated by spaces)")
+	fs.StringVar(&f.admin, "admin-address", "", "Envoy's admin API (default: found at drain time from Envoy's command line and bootstrap; the sidecar uses http://127.0.0.1:9901)")
+	fs.IntVar(&f.port, "port", inject.DefaultPort, "sidecar mode with --hook http: the API's port")
+	fs.IntVar(&f.metricsPort, "metrics-port", inject.DefaultMetricsPort, "sidecar mode with --hook http: the metrics port")
+	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
+	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
+	fs.DurationVar(&f.delay, "drain-delay", inject.DefaultDrainDelay, "passed to the drain (see drain -h); sizes the grace period")
+	fs.DurationVar(&f.minDuration, "min-drain-duration", inject.DefaultMinDrainDuration, "passed to the drain (see drain -h); sizes the grace period")
+	fs.DurationVar(&f.quiet, "quiet-period", inject.DefaultQuietPeriod, "passed to the drain (see drain -h); sizes the grace period")
+	fs.DurationVar(&f.timeout, "drain-timeout", 0, "the drain timeout; the grace period is raised to fit it (default: derived from terminationGracePeriodSeconds)")
+	fs.Int64Var(&f.minOpen, "min-open-connections", 0, "passed to the drain (see drain -h)")
+	fs.StringVar(&f.count, "count", "", "passed to the drain (see drain -h): inflight, connections, requests")
+	fs.Var(&f.listenerExclude, "listener-exclude", "passed to the drain (see drain -h; repeatable)")
+}
+
+// config turns the flags that were set (fs says which) into an inject.Config.
+func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
+	if f.port < 0 || f.port > 65535 || f.metricsPort < 0 || f.metricsPort > 65535 {
+		return inject.Config{}, usagef("--port and --metrics-port must be ports")
+	}
+	cfg := inject.Config{
+		Image:           f.image,
+		ImagePullPolicy: corev1.PullPolicy(f.pullPolicy),
+		Version:         Version,
+		Mode:            inject.Mode(f.mode),
+		BinaryFrom:      inject.BinaryFrom(f.binaryFrom),
+		Hook:            inject.Hook(f.hook),
+		SidecarKind:     inject.SidecarKind(f.sidecarKind),
+		EnvoyContainer:  f.envoyContainer,
+		EnvoyCommand:    strings.Fields(f.envoyCommand),
+		AdminAddress:    f.admin,
+		Port:            int32(f.port),
+		MetricsPort:     int32(f.metricsPort),
+		ReplaceHooks:    f.replaceHooks,
+		Takeover:        f.takeover,
+		Drain: inject.Drain{
+			Count:           f.count,
+			ListenerExclude: f.listenerExclude,
+		},
+	}
+	if isFlagSet(fs, "drain-delay") {
+		cfg.Drain.Delay = &f.delay
+	}
+	if isFlagSet(fs, "min-drain-duration") {
+		cfg.Drain.MinDuration = &f.minDuration
+	}
+	if isFlagSet(fs, "quiet-period") {
+		cfg.Drain.QuietPeriod = &f.quiet
+	}
+	if isFlagSet(fs, "drain-timeout") {
+		cfg.Drain.Timeout = &f.timeout
+	}
+	if isFlagSet(fs, "min-open-connections") {
+		cfg.Drain.MinOpenConnections = &f.minOpen
+	}
+	if err := cfg.Validate(); err != nil {
+		return inject.Config{}, usageError{err}
+	}
+	return cfg, nil
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
