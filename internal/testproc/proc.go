@@ -90,8 +90,12 @@ func (p *Proc) kill() {
 
 // Stop ends the process and waits until it is reaped: SIGTERM to its group then, if it has not exited within
 // grace, SIGKILL to the group; with grace 0, SIGKILL at once. If the process had exited already, whatever is left
-// of its group (children of a wrapper, say) gets SIGKILL. Stop is idempotent and safe for concurrent use.
+// of its group (children of a wrapper, say) gets SIGKILL. Stop is idempotent and safe for concurrent use; on a nil
+// Proc (a teardown registered before the start, which failed) it does nothing.
 func (p *Proc) Stop(grace time.Duration) {
+	if p == nil {
+		return
+	}
 	select {
 	case <-p.exited:
 		_ = signalGroup(p.Cmd.Process.Pid, syscall.SIGKILL)
