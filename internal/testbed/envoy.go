@@ -335,10 +335,6 @@ func (e *Envoy) startError(err error) error {
 	return errors.New(msg)
 }
 
-// LogTail returns the last n lines of Dir/envoy.log, or "" if Envoy does not
-// log there or it cannot be read.
-func (e *Envoy) LogTail(n int) string { return e.proc.Tail(n) }
-
 // awaitReady polls, every pollInterval until ctx is done or Envoy exits, for
 // the admin address (TCP admin only), then for GET /ready = 200, then reads
 // the listener ports.
