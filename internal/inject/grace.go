@@ -94,4 +94,3 @@ func ceilSeconds(d time.Duration) int64 {
 	}
 	return s
 }
-

@@ -31,6 +31,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // DefaultServiceClusterIPRange is the Service range when Config leaves it empty. Nothing routes it: the API server
@@ -87,7 +89,7 @@ type APIServer struct {
 	// LogDir holds etcd.log and kube-apiserver.log: each process's stdout and stderr.
 	LogDir string
 
-	etcd, apiServer *process
+	etcd, apiServer *testproc.Proc
 }
 
 // Start starts etcd and kube-apiserver on free ports of 127.0.0.1 (Config's zero value), waits until /readyz
@@ -182,7 +184,7 @@ func (s *APIServer) start(ctx context.Context, cfg Config) error {
 			"--profiling=false",
 		}, reconcile, cfg.ExtraArgs)
 	}
-	p, err := startOnFreePorts(ctx, bind, 1, func(ports []int) (*process, error) {
+	p, err := startOnFreePorts(ctx, bind, 1, func(ports []int) (*testproc.Proc, error) {
 		s.URL = "https://" + net.JoinHostPort(bind, strconv.Itoa(ports[0]))
 		return startProcess("kube-apiserver", filepath.Join(s.LogDir, "kube-apiserver.log"),
 			filepath.Join(s.BinDir, "kube-apiserver"), args(ports[0])...)
@@ -205,7 +207,7 @@ func (s *APIServer) startEtcd(ctx context.Context) error {
 		return err
 	}
 	name := "kubetest-" + suffix
-	p, err := startOnFreePorts(ctx, "127.0.0.1", 2, func(ports []int) (*process, error) {
+	p, err := startOnFreePorts(ctx, "127.0.0.1", 2, func(ports []int) (*testproc.Proc, error) {
 		s.EtcdURL = "http://127.0.0.1:" + strconv.Itoa(ports[0])
 		peer := "http://127.0.0.1:" + strconv.Itoa(ports[1])
 		data := filepath.Join(s.Dir, "etcd")
@@ -230,9 +232,9 @@ func (s *APIServer) startEtcd(ctx context.Context) error {
 // startOnFreePorts picks n free ports of host, starts a process on them and waits until ready passes. When
 // the process exits because a port was taken in between (the log says "address already in use"), it tries again
 // with other ports, startAttempts times in all. It returns the last process started, if any, for the cleanup.
-func startOnFreePorts(ctx context.Context, host string, n int, start func(ports []int) (*process, error),
-	timeout time.Duration, ready func(context.Context) error) (*process, error) {
-	var p *process
+func startOnFreePorts(ctx context.Context, host string, n int, start func(ports []int) (*testproc.Proc, error),
+	timeout time.Duration, ready func(context.Context) error) (*testproc.Proc, error) {
+	var p *testproc.Proc
 	for attempt := 1; ; attempt++ {
 		ports, err := freePorts(host, n)
 		if err != nil {
@@ -241,8 +243,8 @@ func startOnFreePorts(ctx context.Context, host string, n int, start func(ports 
 		if p, err = start(ports); err != nil {
 			return p, err
 		}
-		err = p.waitReady(ctx, timeout, ready)
-		if err == nil || !errors.Is(err, errExited) || !p.logContains("address already in use") || attempt == startAttempts {
+		err = waitReady(ctx, p, timeout, ready)
+		if err == nil || !errors.Is(err, errExited) || !logContains(p, "address already in use") || attempt == startAttempts {
 			return p, err
 		}
 	}
@@ -362,23 +364,22 @@ current-context: kubetest
 // cleanup stops kube-apiserver then etcd, by PID, and removes Dir. When tb failed it keeps LogDir and says so; a
 // process that had died on its own is reported with the end of its log.
 func (s *APIServer) cleanup(tb testing.TB) {
-	var died []*process
-	for _, p := range []*process{s.apiServer, s.etcd} {
+	var died []*testproc.Proc
+	for _, p := range []*testproc.Proc{s.apiServer, s.etcd} {
 		if p == nil {
 			continue
 		}
-		select {
-		case <-p.exited:
+		if p.Running() {
+			p.Stop(0)
+		} else {
 			died = append(died, p)
-		default:
-			p.stop()
 		}
 	}
 	for _, p := range died {
 		if s.Kubeconfig == "" {
 			break // it died while starting, and Start's failure already quoted its log
 		}
-		tb.Errorf("%s had exited (%v) before the test ended; end of %s:\n%s", p.name, p.err, p.logPath, p.logTail(30))
+		tb.Errorf("%s had exited (%v) before the test ended; %s", p.Name, p.Wait(), p.LogEnd(30))
 	}
 	if !tb.Failed() {
 		if err := os.RemoveAll(s.Dir); err != nil {

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // The API server itself is tested in test/kube; these are the harness's own rules, with plain processes.
@@ -52,8 +54,8 @@ func TestBinDirNamesWhatIsMissing(t *testing.T) {
 func TestStartOnFreePortsRetriesATakenPort(t *testing.T) {
 	dir := t.TempDir()
 	var started [][]int
-	start := func(script string) func([]int) (*process, error) {
-		return func(ports []int) (*process, error) {
+	start := func(script string) func([]int) (*testproc.Proc, error) {
+		return func(ports []int) (*testproc.Proc, error) {
 			started = append(started, ports)
 			if len(started) == 1 || script != "serve" {
 				return startProcess("fake", filepath.Join(dir, "first.log"), "/bin/sh", "-c",
@@ -76,7 +78,7 @@ func TestStartOnFreePortsRetriesATakenPort(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer p.stop()
+		defer p.Stop(0)
 		if len(started) != 2 || len(started[0]) != 2 || started[0][0] == started[0][1] {
 			t.Errorf("started on %v, want two attempts on two distinct ports each", started)
 		}
@@ -90,7 +92,7 @@ func TestStartOnFreePortsRetriesATakenPort(t *testing.T) {
 	})
 	t.Run("other exit", func(t *testing.T) {
 		started = nil
-		_, err := startOnFreePorts(t.Context(), "127.0.0.1", 1, func([]int) (*process, error) {
+		_, err := startOnFreePorts(t.Context(), "127.0.0.1", 1, func([]int) (*testproc.Proc, error) {
 			started = append(started, nil)
 			return startProcess("fake", filepath.Join(dir, "other.log"), "/bin/sh", "-c", "echo 'Error: unknown flag'; exit 1")
 		}, time.Minute, notYet)

@@ -7,8 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // pollInterval is how often a readiness check is repeated while a process starts.
@@ -20,51 +21,15 @@ const logTailLines = 20
 // errExited reports that a process ended while we waited for it to be ready.
 var errExited = errors.New("exited")
 
-// process is one binary the harness started, with its output in a log file.
-type process struct {
-	name    string
-	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed once Wait has returned; err is set before
-	err     error
+// startProcess runs path with args (see testproc.Start), stdout and stderr to logPath. It lives until stop
+// (the API server's cleanup) kills it: the data is temporary, so nothing is gained by a graceful stop.
+func startProcess(name, logPath, path string, args ...string) (*testproc.Proc, error) {
+	return testproc.Start(context.Background(), name, exec.Command(path, args...), logPath)
 }
 
-// startProcess runs path with args in its own process group (see sysProcAttr), stdout and stderr to logPath.
-func startProcess(name, logPath, path string, args ...string) (*process, error) {
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("creating the log of %s: %w", name, err)
-	}
-	defer log.Close() // the child has its own descriptor once started
-	cmd := exec.Command(path, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("starting %s: %w", name, err)
-	}
-	p := &process{name: name, logPath: logPath, cmd: cmd, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-// stop kills the process (and anything it started) by its PID, which is its process group, and waits for it.
-// Safe to call more than once.
-func (p *process) stop() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	killGroup(p.cmd.Process.Pid)
-	<-p.exited
-}
-
-// waitReady calls ready every pollInterval until it returns nil (then waitReady returns nil), the process exits
-// (an error wrapping errExited) or timeout passes (an error with ready's last error). Every error names the log.
-func (p *process) waitReady(ctx context.Context, timeout time.Duration, ready func(context.Context) error) error {
+// waitReady calls ready every pollInterval until it returns nil (then waitReady returns nil), p exits (an error
+// wrapping errExited) or timeout passes (an error with ready's last error). Every error names the log.
+func waitReady(ctx context.Context, p *testproc.Proc, timeout time.Duration, ready func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(pollInterval)
@@ -75,32 +40,17 @@ func (p *process) waitReady(ctx context.Context, timeout time.Duration, ready fu
 			return nil
 		}
 		select {
-		case <-p.exited:
-			return fmt.Errorf("%s %w (%v) before it was ready; end of its log %s:\n%s",
-				p.name, errExited, p.err, p.logPath, p.logTail(logTailLines))
+		case <-p.Exited():
+			return fmt.Errorf("%s %w (%v) before it was ready; %s", p.Name, errExited, p.Wait(), p.LogEnd(logTailLines))
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready within %s (last check: %v); end of its log %s:\n%s",
-				p.name, timeout, last, p.logPath, p.logTail(logTailLines))
+			return fmt.Errorf("%s not ready within %s (last check: %v); %s", p.Name, timeout, last, p.LogEnd(logTailLines))
 		case <-tick.C:
 		}
 	}
 }
 
-// logContains reports whether the process's log holds s (for instance a bind error).
-func (p *process) logContains(s string) bool {
-	b, err := os.ReadFile(p.logPath)
+// logContains reports whether p's log holds s (for instance a bind error).
+func logContains(p *testproc.Proc, s string) bool {
+	b, err := os.ReadFile(p.LogPath)
 	return err == nil && bytes.Contains(b, []byte(s))
-}
-
-// logTail returns the last n lines of the process's log.
-func (p *process) logTail(n int) string {
-	b, err := os.ReadFile(p.logPath)
-	if err != nil {
-		return fmt.Sprintf("(reading %s: %v)", p.logPath, err)
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

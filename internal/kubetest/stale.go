@@ -11,7 +11,7 @@ import (
 
 // ownerFile, in Dir, holds the PID of the test process that started the API server. A test binary killed outright
 // (SIGKILL, or Ctrl-C: package testing runs no cleanups on a signal) takes etcd and kube-apiserver with it (see
-// sysProcAttr) but leaves Dir, over 100 MB of etcd data; the next Start removes such directories. A failed test's
+// testproc.Start) but leaves Dir, over 100 MB of etcd data; the next Start removes such directories. A failed test's
 // kept logs have no ownerFile, so they stay until removed by hand.
 const ownerFile = "owner.pid"
 

@@ -19,8 +19,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // Names of the listeners in the bootstrap [Start] writes. Each is also the
@@ -182,7 +183,8 @@ type Envoy struct {
 	ListenerAddrs map[string]string
 	// Cmd is the running process. Use Signal, Wait, Exited and Stop rather than
 	// Cmd.Wait or Cmd.Process.Wait, which only one caller may use.
-	Cmd *exec.Cmd
+	Cmd  *exec.Cmd
+	proc *testproc.Proc // Cmd, started by testproc
 	// Dir is Options.Dir made absolute.
 	Dir string
 	// ConfigPath is the bootstrap file Envoy runs with.
@@ -199,28 +201,15 @@ type Envoy struct {
 	ldsMu   sync.Mutex // serialises AddHTTPListener
 	dynamic []any      // the listeners of lds.json
 	version int        // updates of lds.json that changed a listener (SetHTTPManager)
-
-	exited  chan struct{} // closed once the process is reaped
-	waitErr error         // result of Cmd.Wait; written before exited is closed
-	killed  atomic.Bool   // Stop or a failed Start killed the process
-	wrapped bool          // Cmd is Options.Wrapper, Envoy its child
-}
-
-// kill sends SIGKILL to the process, and with a wrapper to its whole
-// process group (its own, from Setpgid) as well.
-func (e *Envoy) kill() error {
-	if e.wrapped {
-		killGroup(e.Cmd.Process.Pid)
-	}
-	return e.Cmd.Process.Kill()
 }
 
 // Start writes the bootstrap for up (required) to opts.Dir, starts Envoy with
 // --disable-hot-restart and --use-dynamic-base-id, waits until the admin's GET /ready answers 200 and
 // discovers the listener ports.
 //
-// ctx bounds the life of the process, not only the start: when ctx is done
-// Envoy is killed (SIGKILL), as with [exec.CommandContext]. Waiting for
+// Envoy runs in a process group of its own (see [testproc.Start]). ctx bounds
+// the life of the process, not only the start: when ctx is done its group is
+// killed (SIGKILL), as with [exec.CommandContext]. Waiting for
 // readiness is further bounded by opts.StartTimeout. On error the process,
 // if started, has been killed and reaped; the error includes the end of
 // Envoy's log when that is in Dir/envoy.log.
@@ -251,7 +240,6 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 		Bin:        bin,
 		Dir:        dir,
 		ConfigPath: filepath.Join(dir, "envoy.json"),
-		exited:     make(chan struct{}),
 	}
 
 	concurrency := orDefault(opts.Concurrency, DefaultConcurrency)
@@ -317,47 +305,19 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 			}
 		}
 		args = append(append(slices.Clip(opts.Wrapper[1:]), bin.Path), args...)
-		e.wrapped = true
 	}
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
-	cmd.SysProcAttr = sysProcAttr()
-	// Envoy starts no processes of its own, so killing it kills its group;
-	// a wrapper's group (Envoy included) is killed as a whole.
-	cmd.Cancel = func() error {
-		e.killed.Store(true)
-		return e.kill()
-	}
 	// Bounds Wait when Stdout/Stderr are not files and a copy goroutine is
 	// blocked (the process itself is already dead by then).
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Stdout, cmd.Stderr = opts.Stdout, opts.Stderr
-	var logFile *os.File
-	if cmd.Stdout == nil || cmd.Stderr == nil {
-		e.LogPath = filepath.Join(dir, "envoy.log")
-		logFile, err = os.OpenFile(e.LogPath, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-		if err != nil {
-			return nil, err
-		}
-		if cmd.Stdout == nil {
-			cmd.Stdout = logFile
-		}
-		if cmd.Stderr == nil {
-			cmd.Stderr = logFile
-		}
-	}
-	e.Cmd = cmd
-	err = cmd.Start()
-	if logFile != nil {
-		logFile.Close() // the child has its own descriptor
-	}
+	// A wrapper's group (Envoy included) is killed as a whole.
+	e.proc, err = testproc.Start(ctx, "envoy", cmd, filepath.Join(dir, "envoy.log"))
 	if err != nil {
-		return nil, fmt.Errorf("testbed: start %s: %w", bin.Path, err)
+		return nil, fmt.Errorf("testbed: %w (%s)", err, bin.Path)
 	}
-	go func() {
-		e.waitErr = cmd.Wait()
-		close(e.exited)
-	}()
+	e.Cmd, e.LogPath = cmd, e.proc.LogPath
 
 	startCtx, cancel := context.WithTimeout(ctx, orDefault(opts.StartTimeout, DefaultStartTimeout))
 	defer cancel()
@@ -380,31 +340,13 @@ func orDefault[T comparable](v, def T) T {
 // startError decorates err with the process state and the end of the log.
 func (e *Envoy) startError(err error) error {
 	msg := fmt.Sprintf("testbed: %s (pid %d): %v", e.Bin, e.Cmd.Process.Pid, err)
-	select {
-	case <-e.exited:
-		if !e.killed.Load() {
-			msg += fmt.Sprintf("; exited: %v", e.waitErr)
-		}
-	default:
+	if !e.proc.Running() && !e.proc.Killed() {
+		msg += fmt.Sprintf("; exited: %v", e.proc.Wait())
 	}
-	if tail := e.LogTail(20); tail != "" {
-		msg += "\n--- end of " + e.LogPath + " ---\n" + tail
+	if e.LogPath != "" {
+		msg += "\n" + e.proc.LogEnd(20)
 	}
 	return errors.New(msg)
-}
-
-// LogTail returns the last n lines of Dir/envoy.log, or "" if Envoy does not
-// log there or it cannot be read.
-func (e *Envoy) LogTail(n int) string {
-	if e.LogPath == "" {
-		return ""
-	}
-	b, err := os.ReadFile(e.LogPath)
-	if err != nil {
-		return ""
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // awaitReady polls, every pollInterval until ctx is done or Envoy exits, for
@@ -419,7 +361,7 @@ func (e *Envoy) awaitReady(ctx context.Context, addrPath string) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("not ready: %w (last: %v)", context.Cause(ctx), lastErr)
-		case <-e.exited:
+		case <-e.proc.Exited():
 			return errors.New("exited before it was ready")
 		case <-tick.C:
 		}
@@ -685,44 +627,25 @@ func ParseStatsJSON(body []byte) (map[string]int64, error) {
 	return out, nil
 }
 
-// Signal sends sig to Envoy; after Envoy has exited it returns
-// [os.ErrProcessDone].
-func (e *Envoy) Signal(sig os.Signal) error { return e.Cmd.Process.Signal(sig) }
+// Signal sends sig to Envoy (with a wrapper: to the wrapper); after it has
+// exited it returns [os.ErrProcessDone].
+func (e *Envoy) Signal(sig os.Signal) error { return e.proc.Signal(sig) }
 
 // Wait waits for Envoy to exit and returns the result of [exec.Cmd.Wait]
 // (nil for exit status 0). Any number of goroutines may call it; all get the
 // same result.
-func (e *Envoy) Wait() error {
-	<-e.exited
-	return e.waitErr
-}
+func (e *Envoy) Wait() error { return e.proc.Wait() }
 
 // Exited returns a channel that is closed once Envoy has exited and been
 // reaped; Wait then returns at once.
-func (e *Envoy) Exited() <-chan struct{} { return e.exited }
+func (e *Envoy) Exited() <-chan struct{} { return e.proc.Exited() }
 
 // Killed reports whether Stop, the end of Start's ctx or a failed Start
 // killed Envoy, as opposed to Envoy exiting by itself or on a signal sent
 // with Signal.
-func (e *Envoy) Killed() bool { return e.killed.Load() }
+func (e *Envoy) Killed() bool { return e.proc.Killed() }
 
-// Stop kills Envoy (SIGKILL) if it is still running and waits until it is
-// reaped. It is idempotent and safe for concurrent use. It leaves Dir alone.
-func (e *Envoy) Stop() {
-	if e.wrapped {
-		// Envoy may outlive a wrapper that has already exited.
-		killGroup(e.Cmd.Process.Pid)
-	}
-	select {
-	case <-e.exited:
-		return
-	default:
-	}
-	// Process.Kill is safe against PID reuse: it does nothing once the
-	// process has been reaped (the group of a wrapper is killed first, while
-	// its leader is known to be unreaped).
-	if e.kill() == nil {
-		e.killed.Store(true)
-	}
-	<-e.exited
-}
+// Stop kills Envoy's process group (SIGKILL) and waits until Envoy is reaped;
+// with a wrapper that has exited already, what is left of its group (Envoy)
+// is killed. It is idempotent and safe for concurrent use. It leaves Dir alone.
+func (e *Envoy) Stop() { e.proc.Stop(0) }

@@ -1,6 +1,7 @@
 package testbed
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,9 +17,9 @@ func BinariesTB(tb testing.TB) []Binary {
 	bins, err := FindBinaries()
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			tb.Fatalf("CI=true and no Envoy binary: %v", err)
+			tb.Fatalf("CI=true and no Envoy binary (run `make envoy` or set %s): %v", EnvVarBinary, err)
 		}
-		tb.Skipf("no Envoy binary: %v", err)
+		tb.Skipf("no Envoy binary (run `make envoy` or set %s): %v", EnvVarBinary, err)
 	}
 	return bins
 }
@@ -34,10 +35,11 @@ func StartUpstreamTB(tb testing.TB) *Upstream {
 	return up
 }
 
-// StartTB starts Envoy under tb.Context() (so it is killed when the test
-// ends) and registers its Stop as a cleanup; a failed test logs the end of
-// Envoy's log. An empty opts.Dir is replaced by a new temporary directory
-// (a short one when tb.TempDir's path is too long for the admin socket).
+// StartTB starts Envoy and registers with tb a cleanup that stops it (Stop) and, when tb has failed, logs the
+// end of Envoy's log and where it is. Envoy runs until that cleanup, not only until tb.Context() ends (which is
+// before any cleanup): a cleanup registered later still finds Envoy as the test left it, to use it or to check
+// what the test left running. An empty opts.Dir is replaced by a new temporary directory (a short one when
+// tb.TempDir's path is too long for the admin socket).
 func StartTB(tb testing.TB, bin Binary, up *Upstream, opts Options) *Envoy {
 	tb.Helper()
 	if opts.Dir == "" {
@@ -51,15 +53,10 @@ func StartTB(tb testing.TB, bin Binary, up *Upstream, opts Options) *Envoy {
 			opts.Dir = dir
 		}
 	}
-	e, err := Start(tb.Context(), bin, up, opts)
+	e, err := Start(context.Background(), bin, up, opts)
 	if err != nil {
 		tb.Fatalf("Start: %v", err)
 	}
-	tb.Cleanup(func() {
-		e.Stop()
-		if tb.Failed() && e.LogPath != "" {
-			tb.Logf("end of %s:\n%s", e.LogPath, e.LogTail(40))
-		}
-	})
+	e.proc.StopAtCleanup(tb, 0)
 	return e
 }

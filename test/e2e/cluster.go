@@ -24,6 +24,7 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // The cluster's network: a bridge of its own (a distinctive name: the machine is shared), a private pod subnet whose
@@ -62,10 +63,10 @@ type Cluster struct {
 	envoy      testbed.Binary // the Envoy in EnvoyImage
 	host       *hostState
 	before     hostSnapshot // the host before the cluster changed anything; teardown compares
-	containerd *proc
-	kubelet    *proc
-	kubeProxy  *proc
-	managers   []*proc // controller-manager, scheduler
+	containerd *testproc.Proc
+	kubelet    *testproc.Proc
+	kubeProxy  *testproc.Proc
+	managers   []*testproc.Proc // controller-manager, scheduler
 }
 
 // unavailable fails the test when CI=true (a machine that cannot run the cluster must not pass CI) and skips it
@@ -135,7 +136,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	c.API = kubetest.StartWith(tb, kubetest.Config{BindAddress: NodeIP, AdvertiseAddress: NodeIP, ServiceClusterIPRange: ServiceCIDR})
 	tb.Cleanup(func() {
 		for _, p := range c.managers {
-			p.stop(5 * time.Second)
+			p.Stop(5 * time.Second)
 		}
 	})
 	if err := c.startManagers(); err != nil {
@@ -172,7 +173,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 		}
 		return err
 	}); err != nil {
-		tb.Fatalf("the node is not Ready: %v\nkubelet log %s:\n%s", err, c.kubelet.logPath, c.kubelet.tail(30))
+		tb.Fatalf("the node is not Ready: %v\nkubelet: %s", err, c.kubelet.LogEnd(30))
 	}
 	tb.Logf("cluster up in %s (everything in %s, logs in %s)", time.Since(began).Round(time.Millisecond), dir, c.LogDir)
 	return c
@@ -236,6 +237,14 @@ func (c *Cluster) setUpNetwork() error {
 	// kube-proxy's ClusterIP rules see bridged traffic only with this (1 already on these machines).
 	_ = setSysctl("net/bridge/bridge-nf-call-iptables", "1")
 	return nil
+}
+
+// startProc runs path with args through testproc.Start (a process group of its own, stdout and stderr to
+// logPath), env added to the test's environment. It runs until the teardown stops it, by its PID.
+func startProc(name, logPath string, env []string, path string, args ...string) (*testproc.Proc, error) {
+	cmd := exec.Command(path, args...)
+	cmd.Env = append(os.Environ(), env...)
+	return testproc.Start(context.Background(), name, cmd, logPath)
 }
 
 // freePort returns a port of host that was free a moment ago.
@@ -379,8 +388,8 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 	}
 	c.containerd = p
 	return poll(ctx, time.Minute, func() error {
-		if !p.alive() {
-			return fmt.Errorf("containerd exited (%v); end of %s:\n%s", p.err, p.logPath, p.tail(20))
+		if !p.Running() {
+			return fmt.Errorf("containerd exited (%v); %s", p.Wait(), p.LogEnd(20))
 		}
 		_, err := c.ctr(ctx, "version")
 		return err
@@ -526,9 +535,9 @@ func (c *Cluster) diagnose(tb testing.TB) {
 		out, err := c.kubectl(ctx, args...)
 		tb.Logf("kubectl %s (%v):\n%s", strings.Join(args, " "), err, out)
 	}
-	for _, p := range append([]*proc{c.kubelet, c.containerd, c.kubeProxy}, c.managers...) {
+	for _, p := range append([]*testproc.Proc{c.kubelet, c.containerd, c.kubeProxy}, c.managers...) {
 		if p != nil {
-			tb.Logf("end of %s (%s):\n%s", p.name, p.logPath, p.tail(25))
+			tb.Logf("%s: %s", p.Name, p.LogEnd(25))
 		}
 	}
 }
@@ -539,7 +548,7 @@ func (c *Cluster) diagnose(tb testing.TB) {
 func (c *Cluster) stopNode(tb testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if c.kubelet != nil && c.kubelet.alive() {
+	if c.kubelet != nil && c.kubelet.Running() {
 		_, _ = c.kubectl(ctx, "delete", "deployments,replicasets,daemonsets,statefulsets,jobs", "--all", "-A", "--cascade=orphan", "--wait=false")
 		_, _ = c.kubectl(ctx, "delete", "pods", "--all", "-A", "--grace-period=1", "--wait=false")
 		if err := poll(ctx, 2*time.Minute, func() error {
@@ -564,8 +573,8 @@ func (c *Cluster) stopNode(tb testing.TB) {
 	if out, err := exec.Command(filepath.Join(c.kubeBin, "kube-proxy"), "--cleanup").CombinedOutput(); err != nil {
 		tb.Logf("teardown: kube-proxy --cleanup: %v: %s", err, lastLines(string(out), 5))
 	}
-	c.kubeProxy.stop(5 * time.Second)
-	c.kubelet.stop(10 * time.Second)
+	c.kubeProxy.Stop(5 * time.Second)
+	c.kubelet.Stop(10 * time.Second)
 	for _, err := range c.host.removeKubeChains() {
 		tb.Errorf("teardown: %v", err)
 	}
@@ -573,7 +582,7 @@ func (c *Cluster) stopNode(tb testing.TB) {
 
 // stopContainerd stops containerd, then any shim of ours it left (found by our socket path, killed by PID).
 func (c *Cluster) stopContainerd(tb testing.TB) {
-	c.containerd.stop(10 * time.Second)
+	c.containerd.Stop(10 * time.Second)
 	for _, pid := range shimsOf(c.Socket) {
 		tb.Logf("teardown: killing leftover shim %d", pid)
 		if p, err := os.FindProcess(pid); err == nil {
@@ -689,9 +698,9 @@ func (c *Cluster) nodeState(ctx context.Context, ns, pod string) string {
 	fmt.Fprintf(&b, "its events:\n%s\n", out)
 	out, _ = c.ctr(ctx, "tasks", "ls")
 	fmt.Fprintf(&b, "containerd tasks:\n%s\n", out)
-	for _, p := range []*proc{c.containerd, c.kubelet} {
+	for _, p := range []*testproc.Proc{c.containerd, c.kubelet} {
 		if p != nil {
-			fmt.Fprintf(&b, "%s errors (%s):\n%s\n", p.name, p.logPath, grepLines(p.logPath, 15, "error", "Error", "FailedKillPod"))
+			fmt.Fprintf(&b, "%s errors (%s):\n%s\n", p.Name, p.LogPath, grepLines(p.LogPath, 15, "error", "Error", "FailedKillPod"))
 		}
 	}
 	fmt.Fprintf(&b, "mounts under /run/netns: %v\n", netnsHolders())

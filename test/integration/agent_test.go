@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -47,8 +46,7 @@ func exitOf(t *testing.T, e *testbed.Envoy, d time.Duration) (int, time.Duration
 func TestAgentSIGTERMUnderLoad(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e, _ := agent(t, bin, "--min-drain-duration", "1s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		loads := []*testbed.Load{
 			testbed.KeepAlive(ctx, e.HTTPAddr, 4, 10*time.Millisecond, "/"),
 			testbed.HTTP2(ctx, e.HTTPAddr, 2, "/sleep?d=100ms"),
@@ -88,8 +86,7 @@ func TestAgentShutdownEndpoint(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		sock := "unix://" + filepath.Join(shortTempDir(t), "api.sock")
 		e, _ := agent(t, bin, "--listen", sock, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		long := testbed.Long(ctx, e.HTTPAddr, 1, 2*time.Second)
 		waitInFlight(t, e, 1)
 		code, body, err := newAPI(sock).get(ctx, "/shutdown")
@@ -129,8 +126,7 @@ func TestAgentEnvoyKilled(t *testing.T) {
 func TestAgentDeadlineWithStuckConnection(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e, _ := agent(t, bin, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "2s", "--stop-timeout", "1s")
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		holdTCP(ctx, t, e, 45*time.Second)
 		if err := e.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)

@@ -60,8 +60,7 @@ func adminRequests(t *testing.T, ctx context.Context, a api, endpoint string) st
 func TestHeadDoesNotDrain(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		_, a := serve(t, e, fast()...)
 		code, _, err := a.do(ctx, http.MethodHead, "/shutdown", nil)
 		if err != nil || code != http.StatusMethodNotAllowed {
@@ -79,8 +78,7 @@ func TestHeadDoesNotDrain(t *testing.T) {
 func TestTokenFile(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		tokenFile := filepath.Join(shortTempDir(t), "token")
 		if err := os.WriteFile(tokenFile, []byte("s3cret\n"), 0o600); err != nil {
 			t.Fatal(err)
@@ -120,7 +118,7 @@ func TestTokenFile(t *testing.T) {
 func TestResume(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		sock := "unix://" + filepath.Join(shortTempDir(t), "sm.sock")
 		p := start(t, append([]string{"serve", "--listen", sock, "--admin-address", e.AdminURL}, fast("--min-drain-duration", "0s")...)...)
@@ -190,8 +188,7 @@ func TestResume(t *testing.T) {
 func TestShutdownFloodAfterDrain(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		_, a := serve(t, e, fast("--min-drain-duration", "0s")...)
 		code, first, err := a.get(ctx, "/shutdown")
 		if err != nil || code != 200 {
@@ -226,8 +223,7 @@ func TestShutdownFloodAfterDrain(t *testing.T) {
 func TestMaxWaiters(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
 		waitInFlight(t, e, 1)
 		_, a := serve(t, e, fast("--max-waiters", "3")...)
@@ -271,8 +267,7 @@ func waitMetric(t *testing.T, ctx context.Context, a api, want string) {
 func TestMetricsListen(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		p := start(t, append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--admin-address", e.AdminURL}, fast()...)...)
 		l := p.waitLog(t, "serving", 10*time.Second)
 		control, metrics := newAPI(l.str("listen")), newAPI(l.str("metrics_listen"))
@@ -294,8 +289,7 @@ func TestMetricsListen(t *testing.T) {
 func TestDrainViaJoinsServe(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		long := testbed.Long(ctx, e.HTTPAddr, 1, 2*time.Second)
 		waitInFlight(t, e, 1)
 		sock := "unix://" + filepath.Join(shortTempDir(t), "api.sock")
@@ -376,8 +370,7 @@ func TestDrainViaFallsBack(t *testing.T) {
 func TestListenUnixSocketSafety(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		dir := shortTempDir(t)
 
 		stale := filepath.Join(dir, "stale.sock")
@@ -424,7 +417,7 @@ func TestListenUnixSocketSafety(t *testing.T) {
 
 // Address problems are usage errors found before anything starts: exit 2 and one line on stderr.
 func TestListenAddressUsageError(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	for _, args := range [][]string{
 		{"serve", "--listen=:99999"},
@@ -448,8 +441,7 @@ func TestListenAddressUsageError(t *testing.T) {
 func TestSIGTERMAfterResumeWaitsForTrigger(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		p, a := serve(t, e, fast("--min-drain-duration", "0s", "--trigger-wait", "10s")...)
 		if code, body, err := a.get(ctx, "/shutdown"); err != nil || code != 200 {
 			t.Fatalf("/shutdown = %d %q %v", code, body, err)
@@ -501,8 +493,7 @@ func TestAgentMetricsListen(t *testing.T) {
 		dir := shortTempDir(t)
 		sock, msock := "unix://"+filepath.Join(dir, "api.sock"), "unix://"+filepath.Join(dir, "metrics.sock")
 		e, _ := agent(t, bin, "--listen", sock, "--metrics-listen", msock)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		// Envoy being ready says nothing of the manager's sockets: wait until both exist.
 		for _, path := range []string{filepath.Join(dir, "api.sock"), filepath.Join(dir, "metrics.sock")} {
 			for {

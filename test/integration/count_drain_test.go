@@ -46,8 +46,7 @@ func tcpHoldsDrain(t *testing.T, e *testbed.Envoy, hold *testbed.Load, flags ...
 func TestCountInternalListenerDoesNotHideTCP(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{InternalListener: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		viaInternal(t, e)
 		hold := holdTCP(ctx, t, e, 3*time.Second)
 		tcpHoldsDrain(t, e, hold)
@@ -59,8 +58,7 @@ func TestCountInternalListenerDoesNotHideTCP(t *testing.T) {
 func TestCountExcludedListenerDoesNotHideTCP(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 2)
 		if err != nil {
 			t.Fatal(err)
@@ -76,8 +74,7 @@ func TestCountExcludedListenerDoesNotHideTCP(t *testing.T) {
 func TestCountExcludedManagerReleases(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 5)
 		if err != nil {
 			t.Fatal(err)
@@ -118,8 +115,7 @@ type statusGroups struct {
 func TestCountSharedPrefixGroup(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{SharedPrefixListener: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		pool, err := testbed.IdlePool(ctx, e.ListenerAddrs[testbed.SharedPrefixListener], 2)
 		if err != nil {
 			t.Fatal(err)
@@ -175,8 +171,7 @@ func TestCountSharedPrefixGroup(t *testing.T) {
 func TestCountMixedFilterChains(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{MixedListener: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		addr := e.ListenerAddrs[testbed.MixedListener]
 		pool, err := testbed.IdlePool(ctx, addr, 2)
 		if err != nil {
@@ -198,7 +193,7 @@ func TestCountMixedFilterChains(t *testing.T) {
 func TestStatusShowsGroups(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, topologyOptions)
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		viaInternal(t, e)
 		out, err := runOutput(ctx, "status", "--admin-address", e.AdminURL, "-o", "json", "--listener-exclude", `^http\.mixed_http$`)
@@ -241,8 +236,7 @@ func TestStatusShowsGroups(t *testing.T) {
 func TestCountListenerAddedMidDrain(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
 		waitInFlight(t, e, 1)
 		p, a := serve(t, e, fast("--drain-timeout", "15s")...)
@@ -305,8 +299,7 @@ func TestCountListenerAddedMidDrain(t *testing.T) {
 func TestCountManagerChangedMidDrain(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		addr, err := e.AddHTTPListener(ctx, "late")
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"flag"
 	"net/http"
 	"net/url"
@@ -30,8 +29,7 @@ var topologyOptions = testbed.Options{InternalListener: true, SharedPrefixListen
 func TestListenerConfigMatchesStats(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, topologyOptions)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		// Work on every listener, so that the fixtures hold connections: a pooled connection to the internal
 		// listener, idle keep-alives on the shared-prefix and mixed listeners, a TCP connection on the mixed one.
 		viaInternal(t, e)

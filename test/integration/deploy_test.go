@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // TestDeployBootstrap runs the bootstrap of deploy/common/envoy-config.yaml on every real Envoy, with its
@@ -40,11 +41,7 @@ func TestDeployBootstrap(t *testing.T) {
 		}
 	}
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
-		up, err := testbed.StartUpstream()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(up.Close)
+		up := testbed.StartUpstreamTB(t)
 		upHost, upPort, _ := net.SplitHostPort(up.HTTPAddr)
 		local := strings.NewReplacer(
 			"address: 127.0.0.1, port_value: 9901", "address: 127.0.0.1, port_value: 0",
@@ -61,27 +58,18 @@ func TestDeployBootstrap(t *testing.T) {
 			t.Fatalf("envoy --mode validate: %v\n%s", err, out)
 		}
 
-		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-		defer cancel()
-		logPath := filepath.Join(dir, "envoy.log")
-		logFile, err := os.Create(logPath)
+		ctx := testContext(t)
+		addrPath := filepath.Join(dir, "admin.addr")
+		envoy, err := testproc.Start(context.Background(), "envoy",
+			exec.Command(bin.Path, "-c", config, "--disable-hot-restart", "--concurrency", "1", "--admin-address-path", addrPath),
+			filepath.Join(dir, "envoy.log"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer logFile.Close()
-		addrPath := filepath.Join(dir, "admin.addr")
-		cmd := exec.Command(bin.Path, "-c", config, "--disable-hot-restart", "--concurrency", "1", "--admin-address-path", addrPath)
-		cmd.Stdout, cmd.Stderr = logFile, logFile
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		})
+		envoy.StopAtCleanup(t, 0)
 		fail := func(format string, args ...any) {
 			t.Helper()
-			t.Fatalf("%s (envoy's log: %s)", fmt.Sprintf(format, args...), logPath)
+			t.Fatalf("%s (envoy's log: %s)", fmt.Sprintf(format, args...), envoy.LogPath)
 		}
 
 		admin, err := poll(ctx, func() (string, error) {

@@ -16,8 +16,7 @@ import (
 func TestIdleKeepAliveDoesNotHoldDrain(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 50)
 		if err != nil {
 			t.Fatal(err)
@@ -54,8 +53,7 @@ func TestIdleKeepAliveDoesNotHoldDrain(t *testing.T) {
 func TestConnectionsModeWaitsForIdleConnections(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 50)
 		if err != nil {
 			t.Fatal(err)
@@ -90,8 +88,7 @@ func TestConnectionsModeWaitsForIdleConnections(t *testing.T) {
 func TestActiveKeepAliveClients(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		// Ten clients, each with one request of 1 s in flight at any time: the work never pauses. (With
 		// 200 ms requests a starved machine could leave all ten between a response and the next request —
 		// each response closes its connection — and the drain would rightly release then.)
@@ -134,8 +131,7 @@ func TestActiveKeepAliveClients(t *testing.T) {
 func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		first := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second)
 		waitInFlight(t, e, 5)
 		p, a := serve(t, e, "--drain-delay", "500ms", "--min-drain-duration", "1500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
@@ -181,8 +177,7 @@ func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
 func TestHTTP2StreamsCompleteAndGoAway(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		begun := time.Now()
 		load := testbed.HTTP2(ctx, e.HTTPAddr, 4, "/sleep?d=2s")
 		waitInFlight(t, e, 4)
@@ -216,8 +211,7 @@ func TestHTTP2StreamsCompleteAndGoAway(t *testing.T) {
 func TestTCPProxyConnectionHoldsDrain(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 
 		t.Run("until it closes", func(t *testing.T) {
 			hold := holdTCP(ctx, t, e, 3*time.Second)
@@ -257,8 +251,7 @@ func TestEnvoyKilledMidDrain(t *testing.T) {
 			name := map[bool]string{false: "tcp admin", true: "unix admin"}[unix]
 			t.Run(name, func(t *testing.T) {
 				e := startEnvoy(t, bin, testbed.Options{AdminUnix: unix})
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
+				ctx := testContext(t)
 				long := testbed.Long(ctx, e.HTTPAddr, 2, 20*time.Second)
 				defer long.Stop()
 				waitInFlight(t, e, 2)
@@ -290,8 +283,7 @@ func TestDrainListenersKeepAccepting(t *testing.T) {
 		for _, mode := range []string{"all", "inbound"} {
 			t.Run(mode, func(t *testing.T) {
 				e := startEnvoy(t, bin, testbed.Options{DrainTime: time.Second})
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				defer cancel()
+				ctx := testContext(t)
 				p := start(t, append([]string{"drain", "--admin-address", e.AdminURL, "--drain-listeners", mode}, fast()...)...)
 				f := p.finished(t, 30*time.Second)
 				if f.Outcome != "drained" {
@@ -348,7 +340,7 @@ func waitStat(t *testing.T, e *testbed.Envoy, name string, n int64) {
 
 func waitStatCond(t *testing.T, e *testbed.Envoy, name string, d time.Duration, cond func(int64) bool) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	for {
 		stats, err := e.Stats(ctx, "^"+strings.ReplaceAll(name, ".", `\.`)+"$")

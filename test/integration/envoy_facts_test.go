@@ -17,8 +17,7 @@ import (
 func TestEnvoyKeepsIdleConnectionsOnHealthcheckFail(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		pool, err := testbed.IdlePool(ctx, e.HTTPAddr, 5)
 		if err != nil {
 			t.Fatal(err)

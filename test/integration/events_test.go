@@ -95,7 +95,7 @@ func podName(what string, bin testbed.Binary) string {
 func TestEventsOfTheHook(t *testing.T) {
 	api := eventsAPI(t)
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 		defer cancel()
 		e := startEnvoy(t, bin, testbed.Options{})
 
@@ -172,8 +172,7 @@ func TestEventsOfTheHook(t *testing.T) {
 func TestEventsOfTheSidecar(t *testing.T) {
 	api := eventsAPI(t)
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		e := startEnvoy(t, bin, testbed.Options{})
 		pod := podName("sidecar", bin)
 		createPod(t, api, pod)
@@ -270,7 +269,7 @@ func TestEventsWithoutAccess(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		resume := func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 			defer cancel()
 			if _, err := e.AdminPost(ctx, "/healthcheck/ok"); err != nil {
 				t.Fatal(err)
@@ -346,7 +345,7 @@ current-context: c
 			{"unbound", ""},
 		} {
 			t.Run(tt.sa, func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 				defer cancel()
 				if _, err := e.AdminPost(ctx, "/healthcheck/ok"); err != nil {
 					t.Fatal(err)

@@ -59,14 +59,7 @@ func forEachEnvoyLine(t *testing.T, f func(t *testing.T, bin testbed.Binary)) {
 
 func eachEnvoy(t *testing.T, scope string, f func(t *testing.T, bin testbed.Binary)) {
 	t.Helper()
-	bins, err := testbed.FindBinaries()
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("no Envoy binary under CI (run `make envoy` or set ENVOY_BIN): %v", err)
-		}
-		t.Skipf("no Envoy binary (run `make envoy` or set ENVOY_BIN): %v", err)
-	}
-	for _, bin := range bins {
+	for _, bin := range testbed.BinariesTB(t) {
 		if scope == testbed.ScopeSuite && bin.Scope != testbed.ScopeSuite {
 			continue
 		}
@@ -74,31 +67,22 @@ func eachEnvoy(t *testing.T, scope string, f func(t *testing.T, bin testbed.Bina
 	}
 }
 
-// startEnvoy starts an upstream and an Envoy in front of it; both stop at the end of the test.
+// startEnvoy starts an upstream and an Envoy in front of it (testbed.StartTB); both stop in the test's cleanup,
+// Envoy after every cleanup registered later.
 func startEnvoy(t *testing.T, bin testbed.Binary, opts testbed.Options) *testbed.Envoy {
 	t.Helper()
-	up, err := testbed.StartUpstream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(up.Close)
-	if opts.Dir == "" {
-		opts.Dir = shortTempDir(t)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	e, err := testbed.Start(ctx, bin, up, opts)
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		e.Stop()
-		cancel()
-		if t.Failed() && e.LogPath != "" {
-			t.Logf("envoy log tail:\n%s", e.LogTail(8))
-		}
-	})
-	return e
+	return testbed.StartTB(t, bin, testbed.StartUpstreamTB(t), opts)
+}
+
+// testTimeout bounds what a test waits for that has no deadline of its own (a /shutdown that never answers, a
+// load, a command): a hang fails the test within a minute instead of at go test's -timeout.
+const testTimeout = time.Minute
+
+// testContext returns t.Context() ended after testTimeout.
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
 }
 
 // shortTempDir is a temporary directory with a path short enough for unix sockets.
@@ -305,7 +289,7 @@ type status struct {
 // waitStatus polls /status until cond holds, for at most d.
 func (a api) waitStatus(t *testing.T, d time.Duration, cond func(status) bool) status {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -329,7 +313,7 @@ func (a api) waitStatus(t *testing.T, d time.Duration, cond func(status) bool) s
 // envoyState reads Envoy's own server state (LIVE, DRAINING) from its admin API.
 func envoyState(t *testing.T, e *testbed.Envoy) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	b, err := e.AdminGet(ctx, "/server_info")
 	if err != nil {

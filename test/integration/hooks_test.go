@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
 	"net"
 	"os"
@@ -183,8 +182,7 @@ func inNamespace(t *testing.T, e *testbed.Envoy, uid string, args ...string) (st
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
+	ctx := testContext(t)
 	cmd := exec.CommandContext(ctx, "nsenter", append(append(nsArgs, "--", smBin), args...)...)
 	cmd.Env = []string{} // no HOME, no PATH, no TMPDIR
 	out, err := cmd.CombinedOutput()
@@ -222,8 +220,7 @@ func closedPort(t *testing.T) string {
 func TestSecondSignalCancelsWithATrueReason(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		holdTCP(ctx, t, e, 50*time.Second)
 
 		t.Run("serve", func(t *testing.T) {
@@ -268,8 +265,7 @@ func TestSecondSignalCancelsWithATrueReason(t *testing.T) {
 func TestStatusAfterRestartMidDrain(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		holdTCP(ctx, t, e, 50*time.Second)
 
 		p, a := serve(t, e, fast("--min-drain-duration", "0s", "--quiet-period", "0s")...)

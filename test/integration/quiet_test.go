@@ -97,8 +97,7 @@ func TestQuietPeriodDefaults(t *testing.T) {
 func TestWebSocketHeldPastDeadline(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, readinessOptions)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		ws, err := testbed.OpenWebSockets(ctx, e.HTTPAddr, 2)
 		if err != nil {
 			t.Fatal(err)

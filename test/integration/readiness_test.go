@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"net/http"
 	"net/url"
 	"os"
@@ -27,8 +26,7 @@ var readinessOptions = testbed.Options{ReadinessListener: true, WebSocket: true}
 func TestReadinessListenerConfig(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, readinessOptions)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		ws, err := testbed.OpenWebSockets(ctx, e.HTTPAddr, 1)
 		if err != nil {
 			t.Fatal(err)

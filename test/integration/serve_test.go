@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -18,8 +17,7 @@ import (
 func TestConcurrentShutdownCalls(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		long := testbed.Long(ctx, e.HTTPAddr, 1, 2*time.Second)
 		waitInFlight(t, e, 1)
 		_, a := serve(t, e, fast()...)
@@ -74,8 +72,7 @@ func TestConcurrentShutdownCalls(t *testing.T) {
 func TestServeLifecycle(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 
 		t.Run("restart keeps envoy live", func(t *testing.T) {
 			p, _ := serve(t, e, fast()...)
@@ -149,8 +146,7 @@ func TestServeLifecycle(t *testing.T) {
 func TestTriggerJustAfterSIGTERM(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		p, a := serve(t, e, fast("--trigger-wait", "5s")...)
 		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
@@ -173,8 +169,7 @@ func TestTriggerJustAfterSIGTERM(t *testing.T) {
 func TestUnixSockets(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{AdminUnix: true})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		sock := "unix://" + filepath.Join(shortTempDir(t), "sm.sock")
 		p := start(t, append([]string{"serve", "--listen", sock, "--admin-address", e.AdminURL, "--trigger-wait", "1m"}, fast()...)...)
 		l := p.waitLog(t, "serving", 10*time.Second)
@@ -206,8 +201,7 @@ func TestUnixSockets(t *testing.T) {
 func TestStatusCommand(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
+		ctx := testContext(t)
 		holdTCP(ctx, t, e, 20*time.Second)
 		out, err := runOutput(ctx, "status", "--admin-address", e.AdminURL)
 		if err != nil {

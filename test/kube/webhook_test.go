@@ -250,7 +250,7 @@ func TestWebhook(t *testing.T) {
 		wrong.Webhooks[0].FailurePolicy = new(admissionregistrationv1.Fail)
 		apply(t, api, wrong)
 		t.Cleanup(func() { api.Kubectl(t, "delete", "mutatingwebhookconfiguration", wrong.Name) })
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		out, err := api.Command(ctx, "create", "configmap", "sent-by-mistake", "-n", "opted").CombinedOutput()
 		want := "got kind ConfigMap v1, resource configmaps v1: only pods (v1 Pod) are mutated"
