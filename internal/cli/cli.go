@@ -106,7 +106,14 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // synopsis is what follows "shutdown-manager COMMAND" in a command's usage line, when not just [FLAGS].
 var synopsis = map[string]string{
-	"run": "[FLAGS] -- ENVOY_COMMAND [ARGS…]",
+	"run":     "[FLAGS] -- ENVOY_COMMAND [ARGS…]",
+	"install": "[FLAGS] DIR",
+}
+
+// about is a paragraph of a command's help between its usage line and its flags, for the commands whose
+// flags do not say what they do.
+var about = map[string]string{
+	"install": "Copies this binary to DIR/" + installName + " (mode 0555).",
 }
 
 // parse parses args with fs, printing help (to stdout) only when asked for, and turning every other
@@ -127,17 +134,21 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// printHelp writes a command's usage line and its flags, spelled --flag as the README and the errors
-// spell them (the flag package accepts one dash or two).
+// printHelp writes a command's usage line and its flags as the README spells them: a one-letter flag with
+// one dash (-f, -o), every other with two (--drain-timeout). The flag package accepts one dash or two.
 func printHelp(fs *flag.FlagSet, w io.Writer) {
 	syn := synopsis[fs.Name()]
 	if syn == "" {
 		syn = "[FLAGS]"
 	}
-	fmt.Fprintf(w, "Usage: shutdown-manager %s %s\n\nFlags:\n", fs.Name(), syn)
+	fmt.Fprintf(w, "Usage: shutdown-manager %s %s\n\n", fs.Name(), syn)
+	if a := about[fs.Name()]; a != "" {
+		fmt.Fprintf(w, "%s\n\n", a)
+	}
+	fmt.Fprintln(w, "Flags:")
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, usage := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
+		line := "  " + dashed(f.Name)
 		if kind != "" {
 			line += " " + kind
 		}
@@ -151,6 +162,14 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	})
+}
+
+// dashed spells a flag's name as help and the README do: -f, --drain-timeout.
+func dashed(name string) string {
+	if len(name) == 1 {
+		return "-" + name
+	}
+	return "--" + name
 }
 
 func runVersion(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {

@@ -46,7 +46,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 }
 
 func TestHelpExitsZero(t *testing.T) {
-	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}, {"inject", "-h"}, {"uninject", "-h"}, {"webhook", "-h"}} {
+	for _, args := range [][]string{{"-h"}, {"serve", "-h"}, {"drain", "--help"}, {"status", "-h"}, {"version"}, {"--version"}, {"-v"}, {"run", "-h"}, {"inject", "-h"}, {"uninject", "-h"}, {"webhook", "-h"}, {"install", "-h"}, {"policy", "-h"}, {"resume", "-h"}} {
 		var stdout, stderr bytes.Buffer
 		if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
 			t.Errorf("%v: exit %d, stdout %d bytes; want 0 and help on stdout", args, code, stdout.Len())
@@ -64,6 +64,10 @@ func TestHelpText(t *testing.T) {
 		{[]string{"drain", "-h"}, []string{"  --envoy-gone-after duration", "(default 1s)", "(default \"stderr\")"}, []string{"\n  -drain-timeout"}},
 		{[]string{"status", "-h"}, []string{"  --admin-address", "  --listener-exclude"}, []string{"--drain-timeout", "--min-drain-duration", "--check-interval"}},
 		{[]string{"--version"}, []string{"shutdown-manager " + Version}, nil},
+		// One-letter flags with one dash, as the README writes them; the others with two, in every command.
+		{[]string{"inject", "-h"}, []string{"\n  -f string", "\n  --image string"}, []string{"\n  --f ", "\n  -image"}},
+		{[]string{"status", "-h"}, []string{"\n  -o string"}, []string{"\n  --o "}},
+		{[]string{"install", "-h"}, []string{"Usage: shutdown-manager install [FLAGS] DIR", "Copies this binary", "\n  --log-level string"}, []string{"\n  -log-level"}},
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer

@@ -29,9 +29,7 @@ func runInstall(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(stdout)
-		fmt.Fprintf(stdout, "Usage: shutdown-manager install [FLAGS] DIR\n\nCopies this binary to DIR/%s (mode 0555).\n\nFlags:\n", installName)
-		fs.PrintDefaults()
+		printHelp(fs, stdout)
 		return err
 	}
 	if err != nil {
