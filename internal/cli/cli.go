@@ -36,7 +36,7 @@ func commands() []command {
 		{"run", "run Envoy as a child (the agent): SIGTERM drains it, stops it, exits with its status", runRun},
 		{"resume", "make a drained Envoy live again (POST /healthcheck/ok), directly or through a serve API (--via)", runResume},
 		{"inject", "add the manager to the Envoy pods of Kubernetes manifests (-f FILE|-; YAML out)", runInject},
-		{"policy", "write a MutatingAdmissionPolicy and its binding that inject pods in the API server (Kubernetes >= 1.36; YAML out)", runPolicy},
+		{"policy", "write a MutatingAdmissionPolicy and its two bindings (opted-in namespaces, opted-in pods) that inject pods in the API server (Kubernetes >= 1.36; YAML out)", runPolicy},
 		{"webhook", "serve the mutating admission webhook that injects opted-in pods (HTTPS POST /mutate-pods; TLS files reloaded)", runWebhook},
 		{"uninject", "remove what inject added from Kubernetes manifests (-f FILE|-; YAML out)", runUninject},
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
@@ -114,6 +114,9 @@ var synopsis = map[string]string{
 // flags do not say what they do.
 var about = map[string]string{
 	"install": "Copies this binary to DIR/" + installName + " (mode 0555).",
+	"policy": "Writes a MutatingAdmissionPolicy and its two bindings (MutatingAdmissionPolicyBindings; Kubernetes >= 1.36),\n" +
+		"as YAML for kubectl apply: one binding for the pods of namespaces labelled shutdown-manager.io/inject=enabled,\n" +
+		"one for pods labelled so. The API server then injects pods as inject would with the same flags.",
 }
 
 // parse parses args with fs, printing help (to stdout) only when asked for, and turning every other

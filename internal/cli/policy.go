@@ -8,7 +8,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/policy"
 )
 
-// runPolicy is `policy [settings]`: writes the MutatingAdmissionPolicy and its binding (Kubernetes >= 1.36)
+// runPolicy is `policy [settings]`: writes the MutatingAdmissionPolicy and its two bindings (Kubernetes >= 1.36)
 // that make the API server inject pods as `inject` would with the same settings, as YAML for kubectl apply.
 func runPolicy(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
