@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
@@ -428,5 +429,26 @@ func TestWriteLayout(t *testing.T) {
 		}
 		checkConfig(t, cf, bin.Arch, testMetadata)
 		checkImageFiles(t, img, testMetadata, bin.Data)
+	}
+	// Readable by anyone: blobs 0644 (go-containerregistry writes them 0600), directories 0755.
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o644)
+		if d.IsDir() {
+			want = 0o755
+		}
+		if got := fi.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %#o, want %#o", path, got, want)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,7 +3,9 @@ package image
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -30,7 +32,9 @@ func WriteArchive(path, tag string, img v1.Image) error {
 
 // WriteLayout writes idx as an OCI image layout in dir, replacing what was there. The layout's index.json
 // points at idx with the annotation org.opencontainers.image.ref.name = refName (the tag that
-// `skopeo copy oci:DIR:REF` and `ctr images import` name it by).
+// `skopeo copy oci:DIR:REF` and `ctr images import` name it by). Every file is made 0644 and every directory
+// 0755: go-containerregistry writes blobs through os.CreateTemp (0600), which would leave them readable only
+// by the user who ran make image (a registry or a copy tool run as another user could not read them).
 func WriteLayout(dir, refName string, idx v1.ImageIndex) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("removing the old layout: %w", err)
@@ -43,6 +47,19 @@ func WriteLayout(dir, refName string, idx v1.ImageIndex) error {
 		"org.opencontainers.image.ref.name": refName,
 	})); err != nil {
 		return fmt.Errorf("writing the index into %s: %w", dir, err)
+	}
+	err = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		switch {
+		case err != nil:
+			return err
+		case d.IsDir():
+			return os.Chmod(path, 0o755)
+		default:
+			return os.Chmod(path, 0o644)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("making the layout %s readable: %w", dir, err)
 	}
 	return nil
 }
