@@ -73,15 +73,30 @@ type Client struct {
 }
 
 // New returns a Client for cfg. It never fails: without a pod name and namespace, or without an API server
-// config (no --kubeconfig and not in a cluster), the Client records nothing, and New logs why, once, as a
-// warning. It makes no request; the first Event is the first.
+// config (no --kubeconfig and not in a cluster), the Client records nothing, and New logs why, once. Outside
+// a pod (none of the pod's variables, not in a cluster, no --kubeconfig: a human at a shell, a test) that is
+// expected, and one INFO line; in a pod, or when the pod or a kubeconfig was named, Events were meant to be
+// recorded, and it is a warning. It makes no request; the first Event is the first.
 func New(cfg Config, log *slog.Logger) *Client {
 	send, err := apiSender(cfg)
-	if err != nil {
+	switch {
+	case err != nil && outsidePod(cfg):
+		log.Info("kubernetes events disabled", "why", "not running in a pod: no "+EnvPodName+", "+EnvPodNamespace+
+			" or KUBERNETES_SERVICE_HOST, and no --kubeconfig")
+		return &Client{cfg: cfg, log: log}
+	case err != nil:
 		log.Warn("kubernetes events disabled", "err", err)
 		return &Client{cfg: cfg, log: log}
 	}
 	return newClient(cfg, log, send)
+}
+
+// outsidePod reports whether cfg and the environment say the process runs outside any pod: no pod named
+// (the webhook's Events name their own objects, so for it only the rest counts), no API server of a cluster
+// in the environment, and no kubeconfig.
+func outsidePod(cfg Config) bool {
+	return cfg.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" &&
+		(cfg.Others || (cfg.Pod == "" && cfg.Namespace == ""))
 }
 
 func newClient(cfg Config, log *slog.Logger, send sendFunc) *Client {

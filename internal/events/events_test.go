@@ -363,23 +363,34 @@ func TestClientOneWarning(t *testing.T) {
 	})
 }
 
-// TestNewWithoutAccess: without the pod's name or an API server config, New logs one warning saying why,
-// and the Client records nothing.
+// TestNewWithoutAccess: without the pod's name or an API server config, New logs one line saying why, and
+// the Client records nothing. Outside a pod (nothing names one, no cluster, no kubeconfig) the line is INFO:
+// nothing was meant to be recorded. Where Events were meant to be (a pod named, in a cluster, a kubeconfig
+// given) it is a warning.
 func TestNewWithoutAccess(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a cluster, whatever runs the test
-	t.Setenv("KUBERNETES_SERVICE_PORT", "")
 	tests := []struct {
-		name string
-		cfg  Config
-		want string
+		name      string
+		inCluster bool
+		cfg       Config
+		warn      bool
+		want      string
 	}{
-		{"no pod name", Config{Namespace: "edge"}, EnvPodName + " not set"},
-		{"nothing", Config{}, EnvPodName + " and " + EnvPodNamespace + " not set"},
-		{"not in a cluster", testPod, "not running in a cluster and no --kubeconfig given"},
-		{"kubeconfig missing", Config{Pod: "p", Namespace: "n", Kubeconfig: "/nonexistent/kubeconfig"}, "/nonexistent/kubeconfig"},
+		{"outside a pod", false, Config{}, false, "not running in a pod"},
+		{"the webhook outside a pod", false, Config{Others: true}, false, "not running in a pod"},
+		{"no pod name", false, Config{Namespace: "edge"}, true, EnvPodName + " not set"},
+		{"in a cluster, pod unknown", true, Config{}, true, EnvPodName + " and " + EnvPodNamespace + " not set"},
+		{"not in a cluster", false, testPod, true, "not running in a cluster and no --kubeconfig given"},
+		{"kubeconfig missing", false, Config{Pod: "p", Namespace: "n", Kubeconfig: "/nonexistent/kubeconfig"}, true, "/nonexistent/kubeconfig"},
+		{"kubeconfig missing, pod unknown", false, Config{Kubeconfig: "/nonexistent/kubeconfig"}, true, EnvPodName + " and " + EnvPodNamespace + " not set"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("KUBERNETES_SERVICE_HOST", "") // not in a cluster, whatever runs the test
+			t.Setenv("KUBERNETES_SERVICE_PORT", "")
+			if tt.inCluster {
+				t.Setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")
+				t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+			}
 			log, buf := newLog()
 			c := New(tt.cfg, log)
 			if c.Enabled() {
@@ -387,9 +398,18 @@ func TestNewWithoutAccess(t *testing.T) {
 			}
 			c.Record(Event{Reason: ReasonDrainStarted})
 			c.Close(CloseWait)
-			w := buf.warnings()
-			if len(w) != 1 || !strings.Contains(w[0], "kubernetes events disabled") || !strings.Contains(w[0], tt.want) {
-				t.Errorf("warnings: %q, want one saying %q", w, tt.want)
+			var lines []string
+			for _, l := range strings.Split(strings.TrimSpace(buf.text()), "\n") {
+				if l != "" {
+					lines = append(lines, l)
+				}
+			}
+			level := `"level":"INFO"`
+			if tt.warn {
+				level = `"level":"WARN"`
+			}
+			if len(lines) != 1 || !strings.Contains(lines[0], level) || !strings.Contains(lines[0], "kubernetes events disabled") || !strings.Contains(lines[0], tt.want) {
+				t.Errorf("log %q, want one line at %s saying %q", lines, level, tt.want)
 			}
 		})
 	}
