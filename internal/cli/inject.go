@@ -44,6 +44,9 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	workloads, injected, optedOut := 0, 0, 0
 	out, err := inject.Transform(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		workloads++
+		if !isFlagSet(fs, "mode") {
+			warnModeSwitch(stderr, meta, cfg.Mode)
+		}
 		err := inject.Inject(meta, spec, cfg)
 		switch {
 		case err == nil:
@@ -64,6 +67,26 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	_, err = stdout.Write(out)
 	return err
+}
+
+// warnModeSwitch warns on stderr when a pod inject already injected would change mode only because --mode
+// was not given (its default, hook, replacing the sidecar or agent mode the status annotation records), and the
+// pod's own mode annotation does not ask for it: re-injecting a file written in sidecar mode to change one
+// setting would otherwise turn it into hook mode silently.
+func warnModeSwitch(stderr io.Writer, meta *metav1.ObjectMeta, mode inject.Mode) {
+	if _, ok := meta.Annotations[inject.AnnotationMode]; ok {
+		return
+	}
+	st, ok, err := inject.ParseStatus(meta)
+	if !ok || err != nil || st.Mode == "" || st.Mode == mode {
+		return
+	}
+	pod := ""
+	if meta.Name != "" {
+		pod = " " + meta.Name
+	}
+	fmt.Fprintf(stderr, "shutdown-manager inject: warning: pod%s was injected in %s mode and is now injected in %s mode, the default (no --mode given); pass --mode=%s to keep its mode\n",
+		pod, st.Mode, mode, st.Mode)
 }
 
 // runUninject is `uninject -f FILE|-`: removes exactly what inject added, restoring what it replaced.

@@ -333,3 +333,34 @@ func TestInjectTemplatePath(t *testing.T) {
 		}
 	}
 }
+
+// TestInjectWarnsBeforeSwitchingModes: re-injecting a file inject wrote in sidecar or agent mode without
+// --mode switches it to hook mode, the default; stderr says so and how to keep the mode. Given --mode, or
+// on a file not injected yet, there is no warning.
+func TestInjectWarnsBeforeSwitchingModes(t *testing.T) {
+	root := filepath.Join("..", "..", "deploy")
+	for _, tt := range []struct {
+		file string
+		args []string
+		want string // "": no warning
+	}{
+		{"sidecar", nil, "injected in sidecar mode and is now injected in hook mode, the default (no --mode given); pass --mode=sidecar to keep its mode"},
+		{"agent", nil, "injected in agent mode and is now injected in hook mode, the default (no --mode given); pass --mode=agent to keep its mode"},
+		{"sidecar", []string{"--mode=sidecar"}, ""},
+		{"sidecar", []string{"--mode=hook"}, ""},
+		{"hook", nil, ""},
+		{"plain", nil, ""},
+	} {
+		args := append([]string{"inject", "--image=registry.example/shutdown-manager:v1", "-f", filepath.Join(root, tt.file, "envoy.yaml")}, tt.args...)
+		var stdout, stderr bytes.Buffer
+		if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr.String())
+		}
+		switch {
+		case tt.want == "" && stderr.Len() != 0:
+			t.Errorf("%v: stderr %q, want nothing", args, stderr.String())
+		case tt.want != "" && (!strings.Contains(stderr.String(), tt.want) || strings.Count(stderr.String(), "\n") != 1):
+			t.Errorf("%v: stderr %q, want one line saying %q", args, stderr.String(), tt.want)
+		}
+	}
+}
