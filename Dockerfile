@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The image `make image` builds with Go (internal/image), for those who build with Docker (BuildKit):
 #
-#   docker build --build-arg VERSION=$(git describe --tags --always --dirty) \
+#   docker build --build-arg VERSION=$(git describe --tags --exact-match 2>/dev/null || echo dev) \
 #     --build-arg REVISION=$(git rev-parse HEAD) --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) \
 #     --platform linux/amd64,linux/arm64 -t registry.example/shutdown-manager:TAG .
 #

@@ -1,6 +1,9 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything installs itself.
 GO      ?= go
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# A tagged commit builds its tag; every other build is dev. So make build, make image, inject's default image,
+# deploy/ and the chart (appVersion) all name the same image, shutdown-manager:dev (the commit is in the image's
+# revision label).
+VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
 FUZZTIME ?= 10s
 

@@ -65,6 +65,9 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	case injected == 0 && optedOut == 0:
 		return fmt.Errorf("no workload with an Envoy container: nothing injected")
 	}
+	if injected > 0 {
+		warnUnpullable(stderr, "inject", cfg.Image)
+	}
 	_, err = stdout.Write(out)
 	return err
 }

@@ -364,3 +364,95 @@ func TestInjectWarnsBeforeSwitchingModes(t *testing.T) {
 		}
 	}
 }
+
+// TestOneDefaultImage: an untagged build names one image everywhere: the Makefile's VERSION and the image
+// builder's default version are dev, the builder names the image shutdown-manager:VERSION, inject's default
+// --image is shutdown-manager:VERSION, every image of ours in deploy/ is that, and so is the chart's
+// image.repository with its appVersion.
+func TestOneDefaultImage(t *testing.T) {
+	old := Version
+	Version = "dev"
+	t.Cleanup(func() { Version = old })
+	const want = "shutdown-manager:dev"
+	root := filepath.Join("..", "..")
+	read := func(path string) string {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(root, path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	// --exact-match: `git describe --always` never fails, so its fallback would never be taken.
+	if m := regexp.MustCompile(`(?m)^VERSION \?= .*git describe --tags --exact-match .*\|\| echo (\S+)\)$`).FindStringSubmatch(read("Makefile")); m == nil || m[1] != "dev" {
+		t.Errorf("the Makefile's VERSION is not the commit's tag, else dev: %q", m)
+	}
+	build := read("internal/image/build/main.go")
+	for _, s := range []string{`*version = "dev"`, `*imgName = "shutdown-manager:" + *version`} {
+		if !strings.Contains(build, s) {
+			t.Errorf("internal/image/build/main.go lacks %s", s)
+		}
+	}
+	var help bytes.Buffer
+	Run(context.Background(), []string{"inject", "-h"}, nil, &help, &bytes.Buffer{})
+	if !strings.Contains(help.String(), `(default "`+want+`")`) {
+		t.Errorf("inject's --image default is not %s:\n%s", want, help.String())
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "deploy", "*", "*.yaml"))
+	n := 0
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		for _, m := range regexp.MustCompile(`\bimage[:="\\ ]+([^\s",\\]*shutdown-manager[^\s",\\]*)`).FindAllStringSubmatch(string(data), -1) {
+			n++
+			if m[1] != want {
+				t.Errorf("%s names the image %s, want %s", f, m[1], want)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no image of ours found in deploy/")
+	}
+	var chart struct {
+		AppVersion string `json:"appVersion"`
+	}
+	var values struct {
+		Image struct{ Repository, Tag, Digest string } `json:"image"`
+	}
+	if err := yaml.Unmarshal([]byte(read("charts/shutdown-manager/Chart.yaml")), &chart); err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal([]byte(read("charts/shutdown-manager/values.yaml")), &values); err != nil {
+		t.Fatal(err)
+	}
+	if got := values.Image.Repository + ":" + chart.AppVersion; got != want || values.Image.Tag != "" || values.Image.Digest != "" {
+		t.Errorf("the chart's default image is %s (tag %q, digest %q), want %s", got, values.Image.Tag, values.Image.Digest, want)
+	}
+}
+
+// TestInjectWarnsUnpullableImage: an image with no registry and no repository of its own (the default
+// shutdown-manager:dev) is a warning on stderr of inject and policy, not an error; a registry's image is not.
+func TestInjectWarnsUnpullableImage(t *testing.T) {
+	plain := filepath.Join("..", "..", "deploy", "plain", "envoy.yaml")
+	for _, tt := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"inject", "-f", plain}, true}, // the default image
+		{[]string{"inject", "--image=shutdown-manager:dev", "-f", plain}, true},
+		{[]string{"inject", "--image=shutdown-manager@sha256:" + strings.Repeat("ab", 32), "-f", plain}, true},
+		{[]string{"policy", "--image=shutdown-manager:dev"}, true},
+		{[]string{"inject", "--image=registry.example/shutdown-manager:v1", "-f", plain}, false},
+		{[]string{"inject", "--image=localhost:5000/shutdown-manager:v1", "-f", plain}, false},
+		{[]string{"inject", "--image=example/shutdown-manager:v1", "-f", plain}, false},
+		{[]string{"policy", "--image=registry.example/shutdown-manager:v1"}, false},
+	} {
+		var stdout, stderr bytes.Buffer
+		if code := Run(context.Background(), tt.args, nil, &stdout, &stderr); code != ExitOK || stdout.Len() == 0 {
+			t.Fatalf("%v: exit %d, %d bytes out: %s", tt.args, code, stdout.Len(), stderr.String())
+		}
+		warned := strings.Contains(stderr.String(), "warning: image ") && strings.Contains(stderr.String(), "names no registry")
+		if warned != tt.warn || (tt.warn && strings.Count(stderr.String(), "\n") != 1) {
+			t.Errorf("%v: stderr %q; want a one-line warning: %v", tt.args, stderr.String(), tt.warn)
+		}
+	}
+}

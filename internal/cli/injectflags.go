@@ -2,6 +2,8 @@ package cli
 
 import (
 	"flag"
+	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -102,6 +104,24 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		return inject.Config{}, usageError{err}
 	}
 	return cfg, nil
+}
+
+// warnUnpullable warns on stderr when image names no registry and no repository of its own (a single name,
+// such as the default shutdown-manager:dev): a node would pull it from docker.io/library/, Docker Hub's
+// official images, where no shutdown-manager is published, so pods run only where the image was loaded into
+// the nodes by hand. A warning, not an error: a local cluster with the image imported (make e2e does so) is a
+// real use.
+func warnUnpullable(stderr io.Writer, command, image string) {
+	name, _, _ := strings.Cut(image, "@")
+	if i := strings.LastIndex(name, ":"); i > strings.LastIndex(name, "/") {
+		name = name[:i]
+	}
+	if strings.Contains(name, "/") {
+		return
+	}
+	fmt.Fprintf(stderr, "shutdown-manager %s: warning: image %s names no registry: nodes would pull docker.io/library/%s, which is not published; "+
+		"pods start only on nodes that already hold it (make image; ctr -n k8s.io images import dist/image.tar). Push it and pass --image=REGISTRY/NAME:TAG\n",
+		command, image, name)
 }
 
 // stringList is a repeatable string flag.

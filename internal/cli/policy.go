@@ -10,7 +10,7 @@ import (
 
 // runPolicy is `policy [settings]`: writes the MutatingAdmissionPolicy and its two bindings (Kubernetes >= 1.36)
 // that make the API server inject pods as `inject` would with the same settings, as YAML for kubectl apply.
-func runPolicy(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+func runPolicy(_ context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
 	var f injectFlags
 	f.register(fs)
@@ -29,6 +29,7 @@ func runPolicy(_ context.Context, args []string, _ io.Reader, stdout, _ io.Write
 	if err != nil {
 		return err
 	}
+	warnUnpullable(stderr, "policy", cfg.Image)
 	_, err = stdout.Write(out)
 	return err
 }

@@ -4,7 +4,8 @@
 //	go run ./internal/image/build -out dist                      # dist/image.tar + dist/image-oci/
 //	go run ./internal/image/build -push registry.example/sm:v1   # the multi-arch index, with your credentials
 //
-// Defaults: -version from `git describe --tags --always --dirty` (as the Makefile's VERSION), -revision from
+// Defaults: -version the tag of the commit (`git describe --tags --exact-match`), else dev, as the Makefile's
+// VERSION; the image is then shutdown-manager:dev, the name deploy/, the chart and inject use; -revision from
 // `git rev-parse HEAD`, -created from SOURCE_DATE_EPOCH, else the last commit's time.
 package main
 
@@ -122,7 +123,7 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	imgName := fs.String("name", "", "the image name in the tar and the layout (default shutdown-manager:VERSION)")
 	tarArch := fs.String("tar-arch", runtime.GOARCH, "architecture of the docker archive")
 	arches := fs.String("arches", "amd64,arm64", "architectures of the index (GOARCH values)")
-	version := fs.String("version", "", "version stamped into the binary and the labels (default: git describe)")
+	version := fs.String("version", "", "version stamped into the binary and the labels (default: the commit's tag, else dev)")
 	revision := fs.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
 	created := fs.Int64("created", -1, "creation time, Unix seconds (default: SOURCE_DATE_EPOCH, else the last commit's time)")
 	if err := fs.Parse(args); err != nil {
@@ -136,8 +137,9 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	}
 	var err error
 	if *version == "" {
-		if *version, err = gitOutput(ctx, "describe", "--tags", "--always", "--dirty"); err != nil {
-			return config{}, err
+		// Not at a tag (or no git): dev, the version of every untagged build.
+		if *version, err = gitOutput(ctx, "describe", "--tags", "--exact-match"); err != nil {
+			*version = "dev"
 		}
 	}
 	if *revision == "" {
