@@ -187,7 +187,8 @@ func TestDeployExamples(t *testing.T) {
 			if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK {
 				t.Fatalf("exit %d: %s", code, stderr.String())
 			}
-			got := "# Generated from deploy/plain/envoy.yaml (where the comments explaining its settings are) by:\n" +
+			got := "# Generated from deploy/plain/envoy.yaml (where the comments explaining its settings are): below this\n" +
+				"# header, exactly what an untagged build (version dev) writes, run at the repository's root:\n" +
 				"#   shutdown-manager " + strings.Join(cmd, " ") + "\n" +
 				"# Do not edit: make deploy writes it again.\n" + stdout.String()
 			path := filepath.Join(root, ex.dir, "envoy.yaml")
@@ -454,5 +455,61 @@ func TestInjectWarnsUnpullableImage(t *testing.T) {
 		if warned != tt.warn || (tt.warn && strings.Count(stderr.String(), "\n") != 1) {
 			t.Errorf("%v: stderr %q; want a one-line warning: %v", tt.args, stderr.String(), tt.warn)
 		}
+	}
+}
+
+// TestDeployHeaders: every generated file under deploy/ says in its header the command that wrote it, and
+// that command, run as the header says (at the repository's root, by an untagged build: version dev),
+// writes exactly what follows the header.
+func TestDeployHeaders(t *testing.T) {
+	old := Version
+	Version = "dev"
+	t.Cleanup(func() { Version = old })
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "deploy", "*", "*.yaml"))
+	generated := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		if !strings.HasPrefix(text, "# Generated") {
+			continue
+		}
+		generated++
+		rel, _ := filepath.Rel(root, f)
+		var cmd []string
+		body := text
+		for strings.HasPrefix(body, "#") {
+			line, rest, _ := strings.Cut(body, "\n")
+			if c, ok := strings.CutPrefix(line, "#   shutdown-manager "); ok {
+				cmd = strings.Fields(c)
+			}
+			body = rest
+		}
+		if cmd == nil {
+			t.Errorf("%s: its header names no shutdown-manager command", rel)
+			continue
+		}
+		for i, a := range cmd { // paths in the command are from the repository's root
+			if strings.HasPrefix(a, "deploy/") {
+				cmd[i] = filepath.Join(root, a)
+			}
+		}
+		var stdout, stderr bytes.Buffer
+		if code := Run(context.Background(), cmd, nil, &stdout, &stderr); code != ExitOK {
+			t.Errorf("%s: its header's command exits %d: %s", rel, code, stderr.String())
+			continue
+		}
+		if stdout.String() != body {
+			t.Errorf("%s: what follows its header is not what its header's command writes (make deploy writes it again):\n%s", rel, stdout.String())
+		}
+	}
+	if generated != len(deployExamples)+1 { // the examples and the policy
+		t.Errorf("%d generated files under deploy/, want %d", generated, len(deployExamples)+1)
 	}
 }
