@@ -314,6 +314,29 @@ func TestPolicyModeNeedsManifest(t *testing.T) {
 	}
 }
 
+// TestSecretNeedsCA: certificates.source=secret without certificates.caBundle, where the Secret's ca.crt cannot be
+// read (helm template; a cluster without the Secret), refuses to render with one line naming what to set: a
+// MutatingWebhookConfiguration without a caBundle would fail every admission open, leaving pods uninjected.
+func TestSecretNeedsCA(t *testing.T) {
+	h := newHelm(t)
+	out, err := h.run("template", "shutdown-manager", chartDir, "--namespace", namespace,
+		"--set", "certificates.source=secret,certificates.secretName=webhook-serving")
+	if err == nil {
+		t.Fatalf("rendered without a CA, want a refusal; it rendered:\n%s", firstLines(out, 5))
+	}
+	// helm's error is one "Error: …" line (then its usual hint about --debug).
+	var errs []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if strings.HasPrefix(l, "Error: ") {
+			errs = append(errs, l)
+		}
+	}
+	want := "certificates.source=secret needs the webhook's CA: set certificates.caBundle (base64 PEM), or install into the cluster where Secret " + namespace + "/webhook-serving has ca.crt"
+	if len(errs) != 1 || !strings.Contains(errs[0], want) {
+		t.Errorf("helm template: %v\nwant one error line saying %q", err, want)
+	}
+}
+
 // TestKubeVersionRefusals renders the chart for given Kubernetes versions (helm template --kube-version, as helm
 // install does with the cluster's own): below the oldest supported line the chart refuses (Chart.yaml kubeVersion),
 // and each feature with a later minimum refuses below it with one line that says what to use instead. The same
