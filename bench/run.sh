@@ -6,8 +6,13 @@
 #   bench/run.sh -scenarios latency,idle  # some scenarios only
 #   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
 #   CONTOUR_BIN=~/src/contour/contour ENVOY_GATEWAY_BIN=~/src/gateway/bin/envoy-gateway bench/run.sh
-#                                         # the peers' real binaries (built by you) instead of their models;
-#                                         # or -contour-bin PATH / -envoy-gateway-bin PATH
+#                                         # the peers' binaries of your choice; or -contour-bin PATH /
+#                                         # -envoy-gateway-bin PATH
+#   CONTOUR_BIN=model bench/run.sh        # Contour's re-created model instead of its real binary
+# Contour's real `contour` runs by default: the one the e2e runs, built from the Go module proxy at the version
+# tools/contour/go.mod pins by scripts/kube-binaries.sh --contour (cached by version; minutes cold, nothing warm).
+# If it cannot be built, the model runs, labelled "re-created" in the report. Envoy Gateway runs as its model
+# unless ENVOY_GATEWAY_BIN names a binary.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -42,6 +47,16 @@ if [ "$hard" = unlimited ] || [ "$hard" -gt 1048576 ]; then hard=1048576; fi
 ulimit -n "$hard" || true
 if [ "$(ulimit -n)" -lt 10200 ]; then
   echo "warning: ulimit -n is $(ulimit -n); the scale scenario needs about 10,200 (it may fail)" >&2
+fi
+
+if [ "${CONTOUR_BIN:-}" = model ]; then
+  CONTOUR_BIN=""
+elif [ -z "${CONTOUR_BIN:-}" ]; then
+  if dir=$(./scripts/kube-binaries.sh --contour); then
+    CONTOUR_BIN=$dir/contour
+  else
+    echo "bench: building Contour failed; its re-created model runs instead" >&2
+  fi
 fi
 
 mkdir -p "$out"
