@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 )
 
 // writeReport writes the run's Markdown report: the machine, the versions, one line per scenario.
@@ -37,7 +39,12 @@ func writeReport(path string, c *Cluster, rows []row) error {
 	b.WriteString("\n## Scenarios\n\n")
 	b.WriteString("| scenario | injection | action | sent | failed | failed by kind | p99 | drain (manager's log) | old pods gone after | idle pool (fin/rst/other/open) | result | note |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---:|---|---:|---|---|---|\n")
+	var peerRows []row
 	for _, r := range rows {
+		if r.scenario.peer != "" {
+			peerRows = append(peerRows, r)
+			continue
+		}
 		inj := strings.Join(r.scenario.inject, " ")
 		if r.scenario.inject == nil {
 			inj = "none (negative control: must fail)"
@@ -53,8 +60,67 @@ func writeReport(path string, c *Cluster, rows []row) error {
 	b.WriteString("\nThe drain column comes from the manager's own log (its `drain finished` line); the pod Events\n")
 	b.WriteString("(DrainStarted/Drained) are recorded but not asserted here. \"Old pods gone after\" is from the delete (or the rollout's\n")
 	b.WriteString("restart) until `kubectl wait --for=delete` returned for every old pod.\n")
+	if len(peerRows) > 0 {
+		writeContourSection(&b, peerRows)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeContourSection is the report's part on Contour's pod (contour.go): as Contour ships it, and taken over.
+func writeContourSection(b *strings.Builder, rows []row) {
+	b.WriteString("\n## Contour's Envoy pod (" + peers.ContourModule + "@" + peers.ContourVersion + ")\n\n")
+	b.WriteString("The pod template of Contour's Envoy DaemonSet (`examples/render/contour.yaml`, read from Contour's module), with Contour's\n")
+	b.WriteString("real `contour` built from the Go module proxy (`scripts/kube-binaries.sh --contour`, image " + ContourImage + "), under a\n")
+	b.WriteString("Deployment of 3 replicas (one node: a DaemonSet would have one pod). Changed from Contour's pod, and why: local images;\n")
+	b.WriteString("no hostPorts (3 pods on one node); the init container `contour bootstrap` replaced by a ConfigMap that the real\n")
+	b.WriteString("`contour bootstrap` wrote (admin on the unix socket /admin/admin.sock), its xDS parts replaced by the listeners\n")
+	b.WriteString("Contour would serve (`ingress_http` with its 60 s idle timeout, `stats-health` on 8002), so no `envoycert` Secret;\n")
+	b.WriteString("taken over only: the ServiceAccount token mounted and deploy/common/envoy-events-rbac.yaml applied, for our Events\n")
+	b.WriteString("(docs/migrate-contour.md). \"As shipped\" is the control: its figures are reported, not asserted.\n\n")
+	b.WriteString("| scenario | manager | action | sent | failed | failed by kind | p99 | drain (our log) | FailedPreStopHook | Events per pod | old pods gone after | idle pool (fin/rst/other/open) | result |\n")
+	b.WriteString("|---|---|---|---:|---:|---|---:|---|---|---|---:|---|---|\n")
+	for _, r := range rows {
+		mgr := "Contour's, as shipped (control)"
+		result := "reported"
+		if r.scenario.inject != nil {
+			mgr = "`inject " + strings.Join(r.scenario.inject, " ") + "` (hook mode)"
+			result = "FAIL"
+			if r.pass {
+				result = "pass"
+			}
+		}
+		hooks := fmt.Sprintf("%d", len(r.hooks))
+		if len(r.hooks) > 0 {
+			hooks += ": " + strings.Join(dedupe(r.hooks), "; ")
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %d/%d/%d/%d | %s |\n",
+			r.scenario.name, mgr, r.scenario.action, r.sent, r.failed, formatErrors(r.errors), r.p99.Round(time.Millisecond),
+			strings.Join(r.drain, "; "), cell(hooks), cell(strings.Join(r.events, "; ")), r.gone.Round(100*time.Millisecond),
+			r.idle.FIN, r.idle.RST, r.idle.Other, r.idle.Open, result)
+	}
+}
+
+// dedupe keeps the first of equal strings, with a count when there were more.
+func dedupe(ss []string) []string {
+	var out []string
+	n := map[string]int{}
+	for _, s := range ss {
+		if n[s]++; n[s] == 1 {
+			out = append(out, s)
+		}
+	}
+	for i, s := range out {
+		if n[s] > 1 {
+			out[i] = fmt.Sprintf("%s (×%d)", s, n[s])
+		}
+	}
+	return out
+}
+
+// cell makes s fit a Markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
