@@ -35,6 +35,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -396,6 +397,23 @@ func hookFailures(ctx context.Context, t *testing.T, c *Cluster, ns, pod string)
 	return slices.DeleteFunc(strings.Split(out, "\n"), func(s string) bool { return strings.TrimSpace(s) == "" })
 }
 
+// kubeletHookErrors returns, for each preStop hook of pod that kubelet logged as failed, the container and the
+// error (the Event says only "PreStopHook failed": kubelet keeps the message out of it; an exec hook's output is
+// not there either).
+func kubeletHookErrors(c *Cluster, ns, pod string) []string {
+	var out []string
+	re := regexp.MustCompile(`err="((?:[^"\\]|\\.)*)".*containerName="([^"]*)"`)
+	for _, l := range strings.Split(grepLines(c.kubelet.logPath, 100, `"PreStop hook failed"`), "\n") {
+		if !strings.Contains(l, `pod="`+ns+"/"+pod+`"`) {
+			continue
+		}
+		if m := re.FindStringSubmatch(l); m != nil {
+			out = append(out, m[2]+": "+strings.ReplaceAll(m[1], `\"`, `"`))
+		}
+	}
+	return out
+}
+
 // runContourScenario runs one of contourScenarios (see the file's comment).
 func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager, contour string, s scenario) row {
 	r := row{scenario: s}
@@ -479,7 +497,11 @@ func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, man
 			}
 			r.drain = append(r.drain, res...)
 		}
-		failedHooks = append(failedHooks, hookFailures(ctx, t, c, ns, p)...)
+		failed := hookFailures(ctx, t, c, ns, p)
+		failedHooks = append(failedHooks, failed...)
+		if why := kubeletHookErrors(c, ns, p); len(failed) > 0 {
+			r.hooks = append(r.hooks, why...)
+		}
 		reasons := podEventReasons(ctx, t, c, ns, p)
 		r.events = append(r.events, p+": "+strings.Join(reasons, ", "))
 		if takeover && (!slices.Contains(reasons, "DrainStarted") || !slices.Contains(reasons, "Drained")) {
@@ -489,10 +511,10 @@ func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, man
 	if !takeover {
 		r.drain = []string{"Contour's (no outcome it logs: see the hooks)"}
 	}
-	r.hooks = failedHooks
-	r.note = fmt.Sprintf("%d FailedPreStopHook; pods gone after %s; grace period 300 s", len(failedHooks), strings.Join(gone, ", "))
-	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s pods gone after %v; drains: %v; FailedPreStopHook: %q; events: %q; idle pool: %s; containers: %q",
-		s.name, r.sent, r.failed, r.errors, r.p99, gone, r.drain, failedHooks, r.events, r.idle, containers)
+	r.failedHooks = len(failedHooks)
+	r.note = "old pods gone after " + strings.Join(gone, ", ")
+	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s pods gone after %v; drains: %v; FailedPreStopHook: %d (kubelet: %q); events: %q; idle pool: %s; containers: %q",
+		s.name, r.sent, r.failed, r.errors, r.p99, gone, r.drain, len(failedHooks), r.hooks, r.events, r.idle, containers)
 	switch {
 	case ctx.Err() != nil:
 		t.Fatal("interrupted")

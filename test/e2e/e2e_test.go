@@ -88,7 +88,8 @@ type row struct {
 	connectionShut int64
 	pass           bool
 	note           string
-	hooks          []string // the peers' scenarios: FailedPreStopHook messages
+	failedHooks    int      // the peers' scenarios: FailedPreStopHook Events
+	hooks          []string // the peers' scenarios: kubelet's error for each failed preStop hook
 	events         []string // the peers' scenarios: per pod, the reasons of its Events
 }
 
