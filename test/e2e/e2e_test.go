@@ -47,7 +47,7 @@ type scenario struct {
 	action string
 	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
 	control bool
-	// peer: the pod is another project's Envoy pod (contour.go): inject nil runs it as that project ships it.
+	// peer: the pod is another project's Envoy pod (contour_test.go): inject nil runs it as that project ships it.
 	peer string
 }
 

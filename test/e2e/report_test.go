@@ -69,7 +69,7 @@ func writeReport(path string, c *Cluster, rows []row) error {
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
-// writeContourSection is the report's part on Contour's pod (contour.go): as Contour ships it, and taken over.
+// writeContourSection is the report's part on Contour's pod (contour_test.go): as Contour ships it, and taken over.
 func writeContourSection(b *strings.Builder, rows []row) {
 	b.WriteString("\n## Contour's Envoy pod (" + peers.ContourModule + "@" + peers.ContourVersion + ")\n\n")
 	b.WriteString("The pod template of Contour's Envoy DaemonSet (`examples/render/contour.yaml`, read from Contour's module), with Contour's\n")
@@ -83,7 +83,8 @@ func writeContourSection(b *strings.Builder, rows []row) {
 	b.WriteString("manager releases when Envoy's HTTP managers hold no connection at all, polling every 5 s with no deadline: an idle\n")
 	b.WriteString("keep-alive connection of the load holds it until Envoy's 60 s idle timeout closes it. Its hooks: kubelet runs both\n")
 	b.WriteString("at once; when `contour envoy shutdown` (the sidecar's exec hook) returns, kubelet stops the sidecar, which has no\n")
-	b.WriteString("SIGTERM handler, while Envoy's `GET /shutdown` to it may still wait for its answer. \"Time to go\" is from the\n")
+	b.WriteString("SIGTERM handler: Envoy's `GET /shutdown`, if still waiting on it, gets no answer (kubelet's error, in the table, is\n")
+	b.WriteString("from its log: the Event says only \"PreStopHook failed\"). \"Time to go\" is from the\n")
 	b.WriteString("delete (or the rollout's restart) until `kubectl wait --for=delete` returned, per old pod.\n\n")
 	b.WriteString("| scenario | manager | action | sent | failed | failed by kind | p99 | drain (our log) | FailedPreStopHook | Events per pod | time to go | idle pool (fin/rst/other/open) | result |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---:|---|---|---|---|---|---|\n")

@@ -1,6 +1,6 @@
 // Contour's `contour` binary (its shutdown manager, `contour envoy shutdown-manager` and `contour envoy shutdown`, and
 // `contour bootstrap`), built from the Go module proxy by scripts/kube-binaries.sh --contour for the e2e's Contour
-// scenarios (test/e2e/contour.go) and the bench's real-peer path (bench/run.sh). A module of its own so that
+// scenarios (test/e2e/contour_test.go) and the bench's real-peer path (bench/run.sh). A module of its own so that
 // Contour's dependencies never move the project's or the Kubernetes binaries'. The version here is
 // internal/peers.ContourVersion (internal/peers checks that they agree).
 module github.com/envoy-shutdown-manager/shutdown-manager/tools/contour

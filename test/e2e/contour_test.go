@@ -121,7 +121,7 @@ func contourDeployment(t *testing.T, events bool) *appsv1.Deployment {
 	}
 	spec := ds.Spec.Template.Spec.DeepCopy()
 	if err := contourEdits(spec, events); err != nil {
-		t.Fatalf("%s: %v: update test/e2e/contour.go", source, err)
+		t.Fatalf("%s: %v: update test/e2e/contour_test.go", source, err)
 	}
 	return &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
