@@ -49,6 +49,11 @@ if [ "$(ulimit -n)" -lt 10200 ]; then
   echo "warning: ulimit -n is $(ulimit -n); the scale scenario needs about 10,200 (it may fail)" >&2
 fi
 
+mkdir -p "$out"
+# The command as given (before Contour's default below fills CONTOUR_BIN in).
+peer_env="${CONTOUR_BIN:+CONTOUR_BIN=$CONTOUR_BIN }${ENVOY_GATEWAY_BIN:+ENVOY_GATEWAY_BIN=$ENVOY_GATEWAY_BIN }"
+export BENCH_COMMAND="${peer_env}make bench${*:+ (bench/run.sh $*)}"
+
 if [ "${CONTOUR_BIN:-}" = model ]; then
   CONTOUR_BIN=""
 elif [ -z "${CONTOUR_BIN:-}" ]; then
@@ -58,10 +63,7 @@ elif [ -z "${CONTOUR_BIN:-}" ]; then
     echo "bench: building Contour failed; its re-created model runs instead" >&2
   fi
 fi
-
-mkdir -p "$out"
-peer_env="${CONTOUR_BIN:+CONTOUR_BIN=$CONTOUR_BIN }${ENVOY_GATEWAY_BIN:+ENVOY_GATEWAY_BIN=$ENVOY_GATEWAY_BIN }"
-export BENCH_COMMAND="${peer_env}make bench${*:+ (bench/run.sh $*)}"
+export CONTOUR_BIN # the bench's -contour-bin default
 status=0
 go run ./bench -manager bin/shutdown-manager -out "$out" "$@" || status=$?
 if [ -f "$out/results.json" ]; then
