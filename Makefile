@@ -49,7 +49,8 @@ demo: envoy build
 	$(GO) run ./demo
 
 # Six termination policies (ours as serve and run, plain SIGTERM, fixed wait, Contour's and Envoy Gateway's:
-# their real binaries with CONTOUR_BIN / ENVOY_GATEWAY_BIN, else re-created) against a real Envoy: failed
+# Contour's real binary, built from the Go module proxy and cached like the e2e's (CONTOUR_BIN=model: its
+# re-creation); Envoy Gateway's real binary with ENVOY_GATEWAY_BIN, else its re-creation) against a real Envoy: failed
 # requests, Envoy's hook, no-Envoy, release latency, idle time, poll cost, footprint, 10k connections. About
 # 35-40 minutes on 2 CPUs; writes bench/results/ (REPORT.md, PNGs, raw JSON/CSV). BENCH_ARGS=-quick: 8 minutes.
 bench:

@@ -1,7 +1,7 @@
 // Command bench measures how Envoy terminates under each shutdown policy: a plain SIGTERM, a fixed wait,
-// the peers' policies (Contour's and Envoy Gateway's shutdown managers: their real binaries when the user
-// gives them, -contour-bin and -envoy-gateway-bin, run in kubelet's order by package kubelet; else
-// re-created in this program from their source), and the shutdown manager as `serve` (preStop hook) and
+// the peers' policies (Contour's and Envoy Gateway's shutdown managers: their real binaries when given,
+// -contour-bin and -envoy-gateway-bin, run in kubelet's order by package kubelet — bench/run.sh gives
+// Contour's by default — else re-created in this program from their source), and the shutdown manager as `serve` (preStop hook) and
 // as `run` (agent).
 //
 // It drives a real Envoy over loopback only, writes raw results to -out (results.json and
@@ -64,7 +64,7 @@ func main() {
 	var scen, pols string
 	flag.StringVar(&c.manager, "manager", "bin/shutdown-manager", "the shutdown-manager binary")
 	flag.StringVar(&c.contourBin, "contour-bin", os.Getenv("CONTOUR_BIN"),
-		"Contour's `contour` binary, built by you, to run instead of the model (env CONTOUR_BIN)")
+		"Contour's `contour` binary to run instead of the model (env CONTOUR_BIN; bench/run.sh builds it by default)")
 	flag.StringVar(&c.egBin, "envoy-gateway-bin", os.Getenv("ENVOY_GATEWAY_BIN"),
 		"Envoy Gateway's `envoy-gateway` binary, built by you, to run instead of the model (env ENVOY_GATEWAY_BIN)")
 	flag.StringVar(&c.out, "out", "bench/results", "directory for results.json and load_series.csv")

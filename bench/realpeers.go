@@ -4,8 +4,9 @@ package main
 // sidecar server as the shutdown-manager container's process, the peer's `envoy shutdown` command as that
 // container's exec preStop hook, and an httpGet preStop hook on the Envoy container to the sidecar. The
 // order of a pod's termination is kubelet's (package kubelet): each container gets SIGTERM when its own
-// hook returns. The project never builds or downloads the peers; the user points the bench at binaries
-// they built (-contour-bin, -envoy-gateway-bin).
+// hook returns. bench/run.sh gives it Contour's real binary by default (-contour-bin: the one the e2e runs,
+// built by scripts/kube-binaries.sh --contour from tools/contour/go.mod); Envoy Gateway's only when the user
+// gives one (-envoy-gateway-bin).
 
 import (
 	"context"

@@ -6,8 +6,13 @@
 #   bench/run.sh -scenarios latency,idle  # some scenarios only
 #   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
 #   CONTOUR_BIN=~/src/contour/contour ENVOY_GATEWAY_BIN=~/src/gateway/bin/envoy-gateway bench/run.sh
-#                                         # the peers' real binaries (built by you) instead of their models;
-#                                         # or -contour-bin PATH / -envoy-gateway-bin PATH
+#                                         # the peers' binaries of your choice; or -contour-bin PATH /
+#                                         # -envoy-gateway-bin PATH
+#   CONTOUR_BIN=model bench/run.sh        # Contour's re-created model instead of its real binary
+# Contour's real `contour` runs by default: the one the e2e runs, built from the Go module proxy at the version
+# tools/contour/go.mod pins by scripts/kube-binaries.sh --contour (cached by version; minutes cold, nothing warm).
+# If it cannot be built, the model runs, labelled "re-created" in the report. Envoy Gateway runs as its model
+# unless ENVOY_GATEWAY_BIN names a binary.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -45,8 +50,20 @@ if [ "$(ulimit -n)" -lt 10200 ]; then
 fi
 
 mkdir -p "$out"
+# The command as given (before Contour's default below fills CONTOUR_BIN in).
 peer_env="${CONTOUR_BIN:+CONTOUR_BIN=$CONTOUR_BIN }${ENVOY_GATEWAY_BIN:+ENVOY_GATEWAY_BIN=$ENVOY_GATEWAY_BIN }"
 export BENCH_COMMAND="${peer_env}make bench${*:+ (bench/run.sh $*)}"
+
+if [ "${CONTOUR_BIN:-}" = model ]; then
+  CONTOUR_BIN=""
+elif [ -z "${CONTOUR_BIN:-}" ]; then
+  if dir=$(./scripts/kube-binaries.sh --contour); then
+    CONTOUR_BIN=$dir/contour
+  else
+    echo "bench: building Contour failed; its re-created model runs instead" >&2
+  fi
+fi
+export CONTOUR_BIN # the bench's -contour-bin default
 status=0
 go run ./bench -manager bin/shutdown-manager -out "$out" "$@" || status=$?
 if [ -f "$out/results.json" ]; then

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
 # Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2), builds
-# the Kubernetes binaries and containerd 2 into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
+# the Kubernetes binaries, containerd 2 and Contour's `contour` into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
 # warm), Helm (scripts/helm-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
 # starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
 # `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
@@ -32,6 +32,7 @@ fi
 KUBE_BINARIES="etcd kube-apiserver kubectl kubelet kube-proxy kube-controller-manager kube-scheduler" \
   ./scripts/kube-binaries.sh >/dev/null
 ./scripts/kube-binaries.sh --containerd >/dev/null
+./scripts/kube-binaries.sh --contour >/dev/null # Contour's real shutdown manager, for the Contour scenarios
 ./scripts/helm-binary.sh >/dev/null # the chart (the webhook) is installed with it
 echo "e2e: binaries ready after $((SECONDS - start)) s" >&2
 

@@ -18,6 +18,10 @@
 # Debian's containerd 1.6 cannot run image volumes) from their own tools module, tools/containerd/go.mod, into
 # <cache>/containerd-<version>/bin; --print-containerd-dir prints that directory.
 #
+# With --contour it builds Contour's `contour` (its shutdown manager and `contour bootstrap`: the e2e's Contour
+# scenarios and the bench's real Contour) from tools/contour/go.mod into <cache>/contour-<version>/bin;
+# --print-contour-dir prints that directory.
+#
 # Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
 # interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
 # building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see the README); warm, nothing.
@@ -29,8 +33,20 @@ main() {
   local root tools binaries k8s_version etcd_version cache dir bin todo b ldflags start out
   root=$(cd "$(dirname "$0")/.." && pwd)
   cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
-  local containerd_version
+  local containerd_version contour_version
   case ${1:-} in
+  --contour | --print-contour-dir)
+    tools=$root/tools/contour
+    contour_version=$(required_version "$tools/go.mod" github.com/projectcontour/contour)
+    if [ -z "$contour_version" ]; then
+      echo "kube-binaries: no github.com/projectcontour/contour version in $tools/go.mod" >&2
+      return 1
+    fi
+    binaries=contour
+    dir=$cache/contour-$contour_version
+    # Contour's own Makefile stamps these (internal/build); `contour version` prints them.
+    ldflags="-s -w -X github.com/projectcontour/contour/internal/build.Version=$contour_version"
+    ;;
   --containerd | --print-containerd-dir)
     tools=$root/tools/containerd
     containerd_version=$(required_version "$tools/go.mod" github.com/containerd/containerd/v2)
@@ -68,7 +84,7 @@ main() {
     ;;
   esac
   bin=$dir/bin
-  if [ "${1:-}" = --print-dir ] || [ "${1:-}" = --print-containerd-dir ]; then
+  if [ "${1:-}" = --print-dir ] || [ "${1:-}" = --print-containerd-dir ] || [ "${1:-}" = --print-contour-dir ]; then
     echo "$bin"
     return 0
   fi
@@ -96,7 +112,7 @@ main() {
   tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned
   trap 'rm -rf "$tmp"' EXIT
   trap 'exit 130' INT TERM # so that the EXIT trap runs on these too
-  echo "kube-binaries: building" $todo "(${containerd_version:+containerd $containerd_version}${k8s_version:+kubernetes $k8s_version, etcd $etcd_version}) into $bin" >&2
+  echo "kube-binaries: building" $todo "(${containerd_version:+containerd $containerd_version}${contour_version:+contour $contour_version}${k8s_version:+kubernetes $k8s_version, etcd $etcd_version}) into $bin" >&2
   start=$SECONDS
   (
     cd "$tools"
@@ -174,6 +190,7 @@ package_of() {
   case $1 in
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     containerd | containerd-shim-runc-v2 | ctr) echo "github.com/containerd/containerd/v2/cmd/$1" ;;
+    contour) echo github.com/projectcontour/contour/cmd/contour ;;
     kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubelet | kubectl)
       echo "k8s.io/kubernetes/cmd/$1" ;;
     *) echo "kube-binaries: unknown binary $1" >&2; return 1 ;;

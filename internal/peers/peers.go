@@ -68,7 +68,22 @@ func Download(ctx context.Context, module, version string) (string, error) {
 // environment variable CI is "true" (CI must never pass by not testing), and skips tb otherwise.
 func Workloads(tb testing.TB) []Workload {
 	tb.Helper()
-	ws, err := workloads()
+	return workloadsOf(tb, "")
+}
+
+// Of returns the Envoy workloads of one peer ("contour", "envoy-gateway") only, downloading that peer's module
+// alone; it fails or skips tb as Workloads does.
+func Of(tb testing.TB, peer string) []Workload {
+	tb.Helper()
+	return workloadsOf(tb, peer)
+}
+
+func workloadsOf(tb testing.TB, peer string) []Workload {
+	tb.Helper()
+	ws, err := workloads(peer)
+	if err == nil && len(ws) == 0 {
+		err = fmt.Errorf("no peer named %q", peer)
+	}
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			tb.Fatalf("CI=true and the peers' manifests could not be read: %v", err)
@@ -80,11 +95,15 @@ func Workloads(tb testing.TB) []Workload {
 
 var separator = regexp.MustCompile(`(?m)^---[ \t]*$`)
 
-func workloads() ([]Workload, error) {
+// workloads reads the workloads of peer, or of every peer when peer is "".
+func workloads(peer string) ([]Workload, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var out []Workload
 	for _, s := range sources {
+		if peer != "" && s.peer != peer {
+			continue
+		}
 		dir, err := Download(ctx, s.module, s.version)
 		if err != nil {
 			return nil, err

@@ -47,6 +47,8 @@ type scenario struct {
 	action string
 	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
 	control bool
+	// peer: the pod is another project's Envoy pod (contour_test.go): inject nil runs it as that project ships it.
+	peer string
 }
 
 // tcpDrainTimeout is the drain timeout of the tcp-deadline scenario: well under the grace period (45 s in
@@ -86,6 +88,9 @@ type row struct {
 	connectionShut int64
 	pass           bool
 	note           string
+	failedHooks    int      // the peers' scenarios: FailedPreStopHook Events
+	hooks          []string // the peers' scenarios: kubelet's error for each failed preStop hook
+	events         []string // the peers' scenarios: per pod, the reasons of its Events
 }
 
 func TestE2E(t *testing.T) {
@@ -136,6 +141,9 @@ func TestE2E(t *testing.T) {
 		if !ok && ctx.Err() != nil {
 			break
 		}
+	}
+	if ctx.Err() == nil {
+		rows = append(rows, runContour(ctx, t, c, root, manager)...)
 	}
 	if p := os.Getenv("E2E_REPORT"); p != "" {
 		if err := writeReport(p, c, rows); err != nil {

@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 )
 
 // writeReport writes the run's Markdown report: the machine, the versions, one line per scenario.
@@ -37,7 +39,12 @@ func writeReport(path string, c *Cluster, rows []row) error {
 	b.WriteString("\n## Scenarios\n\n")
 	b.WriteString("| scenario | injection | action | sent | failed | failed by kind | p99 | drain (manager's log) | old pods gone after | idle pool (fin/rst/other/open) | result | note |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---:|---|---:|---|---|---|\n")
+	var peerRows []row
 	for _, r := range rows {
+		if r.scenario.peer != "" {
+			peerRows = append(peerRows, r)
+			continue
+		}
 		inj := strings.Join(r.scenario.inject, " ")
 		if r.scenario.inject == nil {
 			inj = "none (negative control: must fail)"
@@ -54,8 +61,73 @@ func writeReport(path string, c *Cluster, rows []row) error {
 	b.WriteString("or agent mode lists the deleted pod's Events, and the scenario fails unless they include DrainStarted and Drained\n")
 	b.WriteString("(a sidecar added by the webhook gets no ServiceAccount token: its Events are only logged). \"Old pods gone after\" is\n")
 	b.WriteString("from the delete (or the rollout's restart) until `kubectl wait --for=delete` returned for every old pod.\n")
+	if len(peerRows) > 0 {
+		writeContourSection(&b, peerRows)
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeContourSection is the report's part on Contour's pod (contour_test.go): as Contour ships it, and taken over.
+func writeContourSection(b *strings.Builder, rows []row) {
+	b.WriteString("\n## Contour's Envoy pod (" + peers.ContourModule + "@" + peers.ContourVersion + ")\n\n")
+	b.WriteString("The pod template of Contour's Envoy DaemonSet (`examples/render/contour.yaml`, read from Contour's module), with Contour's\n")
+	b.WriteString("real `contour` built from the Go module proxy (`scripts/kube-binaries.sh --contour`, image " + ContourImage + "), under a\n")
+	b.WriteString("Deployment of 3 replicas (one node: a DaemonSet would have one pod). Changed from Contour's pod, and why: local images;\n")
+	b.WriteString("no hostPorts (3 pods on one node); the init container `contour bootstrap` replaced by a ConfigMap that the real\n")
+	b.WriteString("`contour bootstrap` wrote (admin on the unix socket /admin/admin.sock), its xDS parts replaced by the listeners\n")
+	b.WriteString("Contour would serve (`ingress_http` with its 60 s idle timeout, `stats-health` on 8002), so no `envoycert` Secret;\n")
+	b.WriteString("taken over only: the ServiceAccount token mounted and deploy/common/envoy-events-rbac.yaml applied, for our Events\n")
+	b.WriteString("(docs/migrate-contour.md). \"As shipped\" is the control: its figures are reported, with no pass or fail of their own. Contour's\n")
+	b.WriteString("manager releases when Envoy's HTTP managers hold no connection at all, polling every 5 s with no deadline: an idle\n")
+	b.WriteString("keep-alive connection of the load holds it until Envoy's 60 s idle timeout closes it. Its hooks: kubelet runs both\n")
+	b.WriteString("at once; when `contour envoy shutdown` (the sidecar's exec hook) returns, kubelet stops the sidecar, which has no\n")
+	b.WriteString("SIGTERM handler: Envoy's `GET /shutdown`, if still waiting on it, gets no answer (kubelet's error, in the table, is\n")
+	b.WriteString("from its log: the Event says only \"PreStopHook failed\"). \"Time to go\" is from the\n")
+	b.WriteString("delete (or the rollout's restart) until `kubectl wait --for=delete` returned, per old pod.\n\n")
+	b.WriteString("| scenario | manager | action | sent | failed | failed by kind | p99 | drain (our log) | FailedPreStopHook | Events per pod | time to go | idle pool (fin/rst/other/open) | result |\n")
+	b.WriteString("|---|---|---|---:|---:|---|---:|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		mgr := "Contour's, as shipped (control)"
+		result := "reported"
+		if r.scenario.inject != nil {
+			mgr = "`inject " + strings.Join(r.scenario.inject, " ") + "` (hook mode)"
+			result = "FAIL"
+			if r.pass {
+				result = "pass"
+			}
+		}
+		hooks := fmt.Sprintf("%d", r.failedHooks)
+		if len(r.hooks) > 0 {
+			hooks += " (kubelet: " + strings.Join(dedupe(r.hooks), "; ") + ")"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %s | %s | %d/%d/%d/%d | %s |\n",
+			r.scenario.name, mgr, r.scenario.action, r.sent, r.failed, formatErrors(r.errors), r.p99.Round(time.Millisecond),
+			strings.Join(r.drain, "; "), cell(hooks), cell(strings.Join(r.events, "; ")), r.note,
+			r.idle.FIN, r.idle.RST, r.idle.Other, r.idle.Open, result)
+	}
+}
+
+// dedupe keeps the first of equal strings, with a count when there were more.
+func dedupe(ss []string) []string {
+	var out []string
+	n := map[string]int{}
+	for _, s := range ss {
+		if n[s]++; n[s] == 1 {
+			out = append(out, s)
+		}
+	}
+	for i, s := range out {
+		if n[s] > 1 {
+			out[i] = fmt.Sprintf("%s (×%d)", s, n[s])
+		}
+	}
+	return out
+}
+
+// cell makes s fit a Markdown table cell.
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "\n", " ").Replace(s)
 }
