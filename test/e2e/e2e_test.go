@@ -49,6 +49,8 @@ type scenario struct {
 	control bool
 	// peer: the pod is another project's Envoy pod (contour_test.go): inject nil runs it as that project ships it.
 	peer string
+	// nativeSidecar: Envoy runs as a native sidecar beside a main container (nativesidecar_test.go).
+	nativeSidecar bool
 }
 
 // tcpDrainTimeout is the drain timeout of the tcp-deadline scenario: well under the grace period (45 s in
@@ -74,6 +76,7 @@ var scenarios = []scenario{
 	{name: "sidecar-kill-manager", inject: []string{"--mode=sidecar"}, action: "kill-sidecar"},
 	{name: "webhook-down", inject: nil, action: "webhook-down"},
 	{name: "hook-tcp-deadline", inject: []string{"--mode=hook", "--drain-timeout=" + tcpDrainTimeout.String()}, action: "tcp-deadline"},
+	{name: "hook-native-sidecar-delete-pod", inject: []string{"--mode=hook"}, action: "delete-pod", nativeSidecar: true},
 }
 
 // row is one scenario's line of the report.
@@ -321,6 +324,9 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		text, err = annotatedManifests(root, s.inject)
 	} else {
 		text, err = envoyManifests(ctx, root, manager, s.inject)
+	}
+	if err == nil && s.nativeSidecar {
+		text, err = asNativeSidecar(text)
 	}
 	if err != nil {
 		t.Fatal(err)
