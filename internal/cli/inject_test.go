@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -207,67 +206,6 @@ func TestDeployExamples(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestReadmeYAMLIsFromDeploy: every ```yaml block of the README is a run of consecutive lines of a file
-// under deploy/ (shifted left as a whole: an excerpt from deep inside a manifest may start at the margin),
-// so the README cannot drift from manifests that are tested.
-func TestReadmeYAMLIsFromDeploy(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var files [][]string
-	err = filepath.WalkDir(filepath.Join("..", "..", "deploy"), func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return err
-			}
-			files = append(files, strings.Split(string(data), "\n"))
-		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
-	if len(blocks) == 0 {
-		t.Fatal("the README has no yaml block: this test checks nothing")
-	}
-	for _, b := range blocks {
-		block := dedent(strings.Split(strings.TrimSuffix(b[1], "\n"), "\n"))
-		found := false
-		for _, lines := range files {
-			for i := 0; i+len(block) <= len(lines) && !found; i++ {
-				found = slices.Equal(dedent(lines[i:i+len(block)]), block)
-			}
-		}
-		if !found {
-			t.Errorf("README yaml block is not a run of lines of any file under deploy/:\n%s", b[1])
-		}
-	}
-}
-
-// dedent removes the indentation all non-blank lines share.
-func dedent(lines []string) []string {
-	indent := -1
-	for _, l := range lines {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		if n := len(l) - len(strings.TrimLeft(l, " ")); indent < 0 || n < indent {
-			indent = n
-		}
-	}
-	out := make([]string, len(lines))
-	for i, l := range lines {
-		if len(l) >= indent && indent > 0 {
-			l = l[indent:]
-		}
-		out[i] = strings.TrimRight(l, " ")
-	}
-	return out
 }
 
 // TestInjectSkipsWorkloadsWithoutEnvoy: in a stream, a workload without Envoy passes through byte for byte

@@ -284,14 +284,7 @@ func checkYAML(t *testing.T, modDir, page string, rendered, takenOver []byte) {
 			checkEnvoyProxy(t, modDir, b)
 			continue
 		}
-		block := dedent(strings.Split(strings.TrimSuffix(b, "\n"), "\n"))
-		found := false
-		for _, lines := range sources {
-			for i := 0; i+len(block) <= len(lines) && !found; i++ {
-				found = slices.Equal(dedent(lines[i:i+len(block)]), block)
-			}
-		}
-		if !found {
+		if !isExcerpt(b, sources) {
 			t.Errorf("yaml block is a run of lines of neither the peer's rendered file nor inject --takeover's output for it:\n%s", b)
 		}
 	}
@@ -378,25 +371,4 @@ func dig(v any, keys ...string) any {
 		v = m[k]
 	}
 	return v
-}
-
-// dedent removes the indentation all non-blank lines share.
-func dedent(lines []string) []string {
-	indent := -1
-	for _, l := range lines {
-		if strings.TrimSpace(l) == "" {
-			continue
-		}
-		if n := len(l) - len(strings.TrimLeft(l, " ")); indent < 0 || n < indent {
-			indent = n
-		}
-	}
-	out := make([]string, len(lines))
-	for i, l := range lines {
-		if len(l) >= indent && indent > 0 {
-			l = l[indent:]
-		}
-		out[i] = strings.TrimRight(l, " ")
-	}
-	return out
 }
