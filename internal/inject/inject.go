@@ -87,6 +87,10 @@ type Status struct {
 	CommandUnset bool `json:"commandWasUnset,omitempty"`
 	// Takeover: the peer's manager Inject removed (Config.Takeover), which Uninject puts back.
 	Takeover *Takeover `json:"takeover,omitempty"`
+	// Nulls: the fields a manifest wrote as an explicit null that the mutation gave a value (JSON pointers
+	// into the pod template), which uninject writes back as null. Set by the manifest layer (writeBack):
+	// an object from the API server has no nulls.
+	Nulls []string `json:"nulls,omitempty"`
 }
 
 // GraceChange records a raised grace period: From (nil: the pod set none) to To.

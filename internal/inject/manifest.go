@@ -446,7 +446,10 @@ func writeBack(pod map[string]any, before, after *corev1.PodTemplateSpec) (map[s
 	}
 	out, _ := applyChanges(pod, true, vals[0], vals[1])
 	m, _ := out.(map[string]any)
-	return m, nil
+	if m == nil {
+		return nil, nil
+	}
+	return m, keepNulls(pod, m, before, after)
 }
 
 // decodeStrict decodes js into obj as the API server does with strict field validation: field names are

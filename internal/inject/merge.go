@@ -3,7 +3,14 @@ package inject
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // Writing a mutated object back.
@@ -173,4 +180,135 @@ func isEmptyNoise(k string, v any) bool {
 func isEmpty(v any) bool {
 	m, ok := v.(map[string]any)
 	return v == nil || ok && len(m) == 0
+}
+
+// keepNulls carries a manifest's explicit nulls through inject and back. To Kubernetes a null field is a
+// missing one, but a manifest is given back as it was written: a null the mutation gave a value (`lifecycle:`
+// left empty, where the hook goes) is recorded in the status the mutation wrote (Status.Nulls, with those
+// an earlier injection recorded), and the mutation that removes the status writes it back as null. read is
+// the pod template as read, out the same after applyChanges; before and after are the typed objects.
+func keepNulls(read, out map[string]any, before, after *corev1.PodTemplateSpec) error {
+	was, hadStatus, _ := ParseStatus(&before.ObjectMeta)
+	now, hasStatus, err := ParseStatus(&after.ObjectMeta)
+	if err != nil || !hasStatus {
+		if hadStatus {
+			for _, p := range was.Nulls {
+				setNull(out, p)
+			}
+		}
+		return nil
+	}
+	nulls := slices.Clone(was.Nulls)
+	for _, p := range nullPaths(read, "") {
+		if v, ok := lookupPointer(out, p); (!ok || v != nil) && !slices.Contains(nulls, p) {
+			nulls = append(nulls, p)
+		}
+	}
+	if slices.Equal(nulls, now.Nulls) {
+		return nil
+	}
+	now.Nulls = nulls
+	text, err := json.Marshal(now)
+	if err != nil {
+		return err
+	}
+	meta, _ := out["metadata"].(map[string]any)
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		return fmt.Errorf("the status annotation is missing from the object written")
+	}
+	annotations[AnnotationStatus] = string(text)
+	return nil
+}
+
+// nullPaths lists the JSON pointers (RFC 6901) under prefix of every null in v, in a stable order.
+func nullPaths(v any, prefix string) []string {
+	var out []string
+	switch v := v.(type) {
+	case map[string]any:
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			p := prefix + "/" + pointerEscaper.Replace(k)
+			if v[k] == nil {
+				out = append(out, p)
+			} else {
+				out = append(out, nullPaths(v[k], p)...)
+			}
+		}
+	case []any:
+		for i, e := range v {
+			p := prefix + "/" + strconv.Itoa(i)
+			if e == nil {
+				out = append(out, p)
+			} else {
+				out = append(out, nullPaths(e, p)...)
+			}
+		}
+	}
+	return out
+}
+
+var (
+	pointerEscaper   = strings.NewReplacer("~", "~0", "/", "~1")
+	pointerUnescaper = strings.NewReplacer("~1", "/", "~0", "~")
+)
+
+// lookupPointer returns the value at the JSON pointer p in v, and whether there is one.
+func lookupPointer(v any, p string) (any, bool) {
+	for _, tok := range strings.Split(p, "/")[1:] {
+		switch c := v.(type) {
+		case map[string]any:
+			var ok bool
+			if v, ok = c[pointerUnescaper.Replace(tok)]; !ok {
+				return nil, false
+			}
+		case []any:
+			i, err := strconv.Atoi(tok)
+			if err != nil || i < 0 || i >= len(c) {
+				return nil, false
+			}
+			v = c[i]
+		default:
+			return nil, false
+		}
+	}
+	return v, true
+}
+
+// setNull writes null at the JSON pointer p in root, creating the objects on the way that the mutation
+// removed (a lifecycle it emptied); a pointer through a list element that is not there is ignored.
+func setNull(root map[string]any, p string) {
+	toks := strings.Split(p, "/")[1:]
+	if len(toks) == 0 {
+		return
+	}
+	var cur any = root
+	for i, tok := range toks {
+		last := i == len(toks)-1
+		switch c := cur.(type) {
+		case map[string]any:
+			k := pointerUnescaper.Replace(tok)
+			if last {
+				c[k] = nil
+				return
+			}
+			next, ok := c[k]
+			if !ok || next == nil {
+				next = map[string]any{}
+				c[k] = next
+			}
+			cur = next
+		case []any:
+			j, err := strconv.Atoi(tok)
+			if err != nil || j < 0 || j >= len(c) {
+				return
+			}
+			if last {
+				c[j] = nil
+				return
+			}
+			cur = c[j]
+		default:
+			return
+		}
+	}
 }
