@@ -87,10 +87,10 @@ type Status struct {
 	CommandUnset bool `json:"commandWasUnset,omitempty"`
 	// Takeover: the peer's manager Inject removed (Config.Takeover), which Uninject puts back.
 	Takeover *Takeover `json:"takeover,omitempty"`
-	// Nulls: the fields a manifest wrote as an explicit null that the mutation gave a value (JSON pointers
-	// into the pod template), which uninject writes back as null. Set by the manifest layer (writeBack):
-	// an object from the API server has no nulls.
-	Nulls []string `json:"nulls,omitempty"`
+	// Empties: the fields a manifest wrote as null, {} or [] that the mutation filled, by JSON pointer into the
+	// pod template, with the value written; uninject writes each back where the field is missing again. Set by
+	// the manifest layer (keepEmpties): an object from the API server has no empty fields.
+	Empties map[string]any `json:"empties,omitempty"`
 }
 
 // GraceChange records a raised grace period: From (nil: the pod set none) to To.

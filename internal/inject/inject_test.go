@@ -271,3 +271,39 @@ func TestAgentGracePeriodFlag(t *testing.T) {
 		}
 	}
 }
+
+// A manifest's null, {} and [] fields come back from uninject as written, through a re-injection in another
+// mode, and never over what was added to the injected manifest since.
+func TestEmptyFieldsKept(t *testing.T) {
+	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations: {}\n  labels: null\nspec:\n  initContainers: []\n  volumes: []\n  containers:\n  - name: envoy\n    image: envoyproxy/envoy:v1.36.2\n    args: [-c, /e.yaml]\n    env: []\n    volumeMounts: []\n    lifecycle:\n"
+	once, err := Manifests([]byte(in), injectFunc(Config{Image: "sm:1"}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice, err := Manifests(once, injectFunc(Config{Image: "sm:1", Mode: ModeAgent}), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, injected := range map[string][]byte{"injected": once, "injected twice": twice} {
+		back, err := Manifests(injected, Uninject, &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g, w := decodeUnstructured(t, back), decodeUnstructured(t, []byte(in)); !reflect.DeepEqual(g, w) {
+			t.Errorf("%s and uninjected differs from the input:\n%s", name, back)
+		}
+	}
+	// Someone adds a variable of their own to the injected manifest: uninject keeps it rather than writing the
+	// env: [] it was recorded with.
+	edited := bytes.Replace(once, []byte("    env:\n"), []byte("    env:\n    - name: OWN\n      value: x\n"), 1)
+	if bytes.Equal(edited, once) {
+		t.Fatalf("no env list in the injected manifest:\n%s", once)
+	}
+	back, err := Manifests(edited, Uninject, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(back, []byte("name: OWN")) || bytes.Contains(back, []byte("env: []")) {
+		t.Errorf("uninject wrote over a variable added after injection:\n%s", back)
+	}
+}

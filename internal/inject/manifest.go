@@ -449,7 +449,7 @@ func writeBack(pod map[string]any, before, after *corev1.PodTemplateSpec) (map[s
 	if m == nil {
 		return nil, nil
 	}
-	return m, keepNulls(pod, m, before, after)
+	return m, keepEmpties(pod, m, before, after)
 }
 
 // decodeStrict decodes js into obj as the API server does with strict field validation: field names are

@@ -182,32 +182,38 @@ func isEmpty(v any) bool {
 	return v == nil || ok && len(m) == 0
 }
 
-// keepNulls carries a manifest's explicit nulls through inject and back. To Kubernetes a null field is a
-// missing one, but a manifest is given back as it was written: a null the mutation gave a value (`lifecycle:`
-// left empty, where the hook goes) is recorded in the status the mutation wrote (Status.Nulls, with those
-// an earlier injection recorded), and the mutation that removes the status writes it back as null. read is
-// the pod template as read, out the same after applyChanges; before and after are the typed objects.
-func keepNulls(read, out map[string]any, before, after *corev1.PodTemplateSpec) error {
+// keepEmpties carries a manifest's empty values through inject and back. To Kubernetes a null, {} or [] field
+// is a missing one, but a manifest is given back as it was written: an empty value the mutation filled
+// (`lifecycle:` left empty, `env: []`, where the hook and the variables go) is recorded in the status the
+// mutation wrote (Status.Empties, with those an earlier injection recorded), and the mutation that removes
+// the status writes it back where the field is missing again. read is the pod template as read, out the same
+// after applyChanges; before and after are the typed objects.
+func keepEmpties(read, out map[string]any, before, after *corev1.PodTemplateSpec) error {
 	was, hadStatus, _ := ParseStatus(&before.ObjectMeta)
 	now, hasStatus, err := ParseStatus(&after.ObjectMeta)
 	if err != nil || !hasStatus {
 		if hadStatus {
-			for _, p := range was.Nulls {
-				setNull(out, p)
+			for _, p := range slices.Sorted(maps.Keys(was.Empties)) {
+				if _, ok := lookupPointer(out, p); !ok {
+					setPointer(out, p, emptyLike(was.Empties[p]))
+				}
 			}
 		}
 		return nil
 	}
-	nulls := slices.Clone(was.Nulls)
-	for _, p := range nullPaths(read, "") {
-		if v, ok := lookupPointer(out, p); (!ok || v != nil) && !slices.Contains(nulls, p) {
-			nulls = append(nulls, p)
+	empties := maps.Clone(was.Empties)
+	for p, v := range emptyValues(read, "", nil) {
+		if got, ok := lookupPointer(out, p); !ok || !reflect.DeepEqual(got, v) {
+			if empties == nil {
+				empties = map[string]any{}
+			}
+			empties[p] = v
 		}
 	}
-	if slices.Equal(nulls, now.Nulls) {
+	if reflect.DeepEqual(empties, now.Empties) || len(empties) == 0 && len(now.Empties) == 0 {
 		return nil
 	}
-	now.Nulls = nulls
+	now.Empties = empties
 	text, err := json.Marshal(now)
 	if err != nil {
 		return err
@@ -221,30 +227,53 @@ func keepNulls(read, out map[string]any, before, after *corev1.PodTemplateSpec) 
 	return nil
 }
 
-// nullPaths lists the JSON pointers (RFC 6901) under prefix of every null in v, in a stable order.
-func nullPaths(v any, prefix string) []string {
-	var out []string
-	switch v := v.(type) {
-	case map[string]any:
-		for _, k := range slices.Sorted(maps.Keys(v)) {
-			p := prefix + "/" + pointerEscaper.Replace(k)
-			if v[k] == nil {
-				out = append(out, p)
-			} else {
-				out = append(out, nullPaths(v[k], p)...)
-			}
-		}
-	case []any:
-		for i, e := range v {
-			p := prefix + "/" + strconv.Itoa(i)
-			if e == nil {
-				out = append(out, p)
-			} else {
-				out = append(out, nullPaths(e, p)...)
-			}
+// emptyValues adds to found (made when nil) the JSON pointer (RFC 6901) under prefix of every null, {} and []
+// in v, with its value.
+func emptyValues(v any, prefix string, found map[string]any) map[string]any {
+	if found == nil {
+		found = map[string]any{}
+	}
+	visit := func(p string, child any) {
+		if isEmptyValue(child) {
+			found[p] = child
+		} else {
+			emptyValues(child, p, found)
 		}
 	}
-	return out
+	switch v := v.(type) {
+	case map[string]any:
+		for k, child := range v {
+			visit(prefix+"/"+pointerEscaper.Replace(k), child)
+		}
+	case []any:
+		for i, child := range v {
+			visit(prefix+"/"+strconv.Itoa(i), child)
+		}
+	}
+	return found
+}
+
+func isEmptyValue(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case map[string]any:
+		return len(v) == 0
+	case []any:
+		return len(v) == 0
+	}
+	return false
+}
+
+// emptyLike is a new value equal to v (null, {} or []), so that no two places of a document share one.
+func emptyLike(v any) any {
+	switch v.(type) {
+	case map[string]any:
+		return map[string]any{}
+	case []any:
+		return []any{}
+	}
+	return nil
 }
 
 var (
@@ -274,9 +303,9 @@ func lookupPointer(v any, p string) (any, bool) {
 	return v, true
 }
 
-// setNull writes null at the JSON pointer p in root, creating the objects on the way that the mutation
+// setPointer writes v at the JSON pointer p in root, creating the objects on the way that the mutation
 // removed (a lifecycle it emptied); a pointer through a list element that is not there is ignored.
-func setNull(root map[string]any, p string) {
+func setPointer(root map[string]any, p string, v any) {
 	toks := strings.Split(p, "/")[1:]
 	if len(toks) == 0 {
 		return
@@ -288,11 +317,11 @@ func setNull(root map[string]any, p string) {
 		case map[string]any:
 			k := pointerUnescaper.Replace(tok)
 			if last {
-				c[k] = nil
+				c[k] = v
 				return
 			}
-			next, ok := c[k]
-			if !ok || next == nil {
+			next := c[k]
+			if next == nil {
 				next = map[string]any{}
 				c[k] = next
 			}
@@ -303,7 +332,7 @@ func setNull(root map[string]any, p string) {
 				return
 			}
 			if last {
-				c[j] = nil
+				c[j] = v
 				return
 			}
 			cur = c[j]
