@@ -1,10 +1,11 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything installs itself.
 GO      ?= go
-# A tagged commit builds its tag; every other build is dev. So make build, make image, inject's default image,
-# deploy/ and the chart (appVersion) all name the same image, shutdown-manager:dev (the commit is in the image's
-# revision label).
+# A tagged commit builds its tag (v0.1.0); every other build is dev. So make build, make image, inject's default
+# image, deploy/ and the chart (appVersion) all name the same image, shutdown-manager:dev; the commit, stamped
+# beside the version (`shutdown-manager version`) and in the image's revision label, tells dev builds apart.
 VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION) -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=$(COMMIT)
 FUZZTIME ?= 10s
 
 .PHONY: all build image image-push envoy kube helm demo bench bench-webhook test unit integration apiserver fuzz vet clean deploy e2e
