@@ -22,10 +22,11 @@ build:
 image:
 	$(GO) run ./internal/image/build -out dist -version '$(VERSION)' $(if $(IMAGE),-name '$(IMAGE)')
 
-# Push the multi-arch index to IMAGE=registry/name:tag with your registry credentials (docker login).
+# Push the multi-arch index to IMAGE=registry/name:tag with your registry credentials (docker login): built afresh,
+# or with LAYOUT=dist/image-oci the one make release wrote (docs/release.md).
 image-push:
-	@test -n '$(IMAGE)' || { echo 'usage: make image-push IMAGE=registry/name:tag'; exit 2; }
-	$(GO) run ./internal/image/build -push '$(IMAGE)' -version '$(VERSION)'
+	@test -n '$(IMAGE)' || { echo 'usage: make image-push IMAGE=registry/name:tag [LAYOUT=dist/image-oci]'; exit 2; }
+	$(GO) run ./internal/image/build -push '$(IMAGE)' $(if $(LAYOUT),-layout '$(LAYOUT)',-version '$(VERSION)')
 
 # A release of this commit into dist/ (scripts/release.sh, docs/release.md): the binaries, the multi-arch image
 # (OCI layout and a docker archive per arch), the chart package at the same version, an SPDX SBOM and SHA256SUMS.

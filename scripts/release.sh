@@ -11,7 +11,7 @@
 #
 # Reproducible: every time inside comes from SOURCE_DATE_EPOCH, else the commit's time, so two runs on one commit
 # with one Go toolchain write byte-identical files (test/release checks it). VERSION must be a semantic version
-# (the commit's tag: git tag v0.1.0), and the tree clean (tracked and untracked files), or the files would not be
+# (the commit's tag: git tag v0.1.0) with its section in CHANGELOG.md unless a pre-release, and the tree clean (tracked and untracked files), or the files would not be
 # those of the commit; RELEASE_ALLOW_DIRTY=1 lets a test build a tree with changes.
 set -euo pipefail
 
@@ -25,6 +25,10 @@ main() {
   # SemVer 2.0.0 with a leading v, as Go modules and image tags spell it; pre-releases (v0.2.0-rc.1) allowed.
   if ! [[ $version =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]]; then
     fail "VERSION=${version:-<none>} is not a semantic version vX.Y.Z: tag the commit (git tag v0.1.0) or pass VERSION=vX.Y.Z"
+  fi
+  # A release (not a pre-release) has its section in the CHANGELOG: its notes are written before it is built.
+  if [[ $version != *-* ]] && ! grep -q "^## \[${version#v}\] - " CHANGELOG.md; then
+    fail "CHANGELOG.md has no section '## [${version#v}] - YYYY-MM-DD': write the release's notes first (docs/release.md)"
   fi
   if [ -n "$(git status --porcelain)" ] && [ "${RELEASE_ALLOW_DIRTY:-}" != 1 ]; then
     fail "the tree has changes (git status): commit them, or RELEASE_ALLOW_DIRTY=1 for a build that is not the commit's"

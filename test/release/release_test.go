@@ -7,7 +7,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"io"
 	"io/fs"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +18,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/registry"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 )
 
 // version is a pre-release, so that the test also checks the SemVer pattern takes one and the chart's version
@@ -158,16 +167,87 @@ func TestReleaseIsReproducible(t *testing.T) {
 	if described != 2 {
 		t.Errorf("the SBOM describes %d binaries, want 2", described)
 	}
+
+	t.Run("push", func(t *testing.T) { checkPush(t, first) })
 }
 
-// TestReleaseNeedsSemanticVersion: an untagged build's version (dev) is no release.
+// checkPush pushes a release as docs/release.md says, to a registry the test starts (go-containerregistry's,
+// in process, plain HTTP): the image with make image-push LAYOUT=, the chart with helm push. What comes back is
+// what dist holds: the layout's index by digest, the chart's package byte for byte.
+func checkPush(t *testing.T, dist string) {
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "http://")
+
+	ref := host + "/platform/shutdown-manager:" + version
+	cmd := exec.CommandContext(t.Context(), "make", "image-push", "IMAGE="+ref, "LAYOUT="+filepath.Join(dist, "image-oci"))
+	cmd.Dir = repoRoot(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("make image-push: %v\n%s", err, out)
+	}
+	idx, err := image.ReadLayout(filepath.Join(dist, "image-oci"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := idx.Digest()
+	if !strings.HasSuffix(strings.TrimSpace(string(out)), "@"+want.String()) {
+		t.Errorf("make image-push printed %q, want the layout's index %s", out, want)
+	}
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pulled, err := remote.Index(tag, remote.WithContext(t.Context()))
+	if err != nil {
+		t.Fatalf("pulling %s: %v", ref, err)
+	}
+	if got, _ := pulled.Digest(); got != want {
+		t.Errorf("the registry has index %s under %s, the layout %s", got, ref, want)
+	}
+
+	helmDir, err := exec.Command(filepath.Join(repoRoot(t), "scripts/helm-binary.sh")).Output()
+	if err != nil {
+		t.Fatalf("scripts/helm-binary.sh: %v", err)
+	}
+	helm := filepath.Join(strings.TrimSpace(string(helmDir)), "helm")
+	home := t.TempDir() // Helm's registry config and cache, away from the user's
+	helmEnv := append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
+	pkg := filepath.Join(dist, "shutdown-manager-0.0.0-test.1.tgz")
+	cmd = exec.CommandContext(t.Context(), helm, "push", pkg, "oci://"+host+"/platform/charts", "--plain-http")
+	cmd.Env = helmEnv
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm push: %v\n%s", err, out)
+	}
+	pullDir := t.TempDir()
+	cmd = exec.CommandContext(t.Context(), helm, "pull", "oci://"+host+"/platform/charts/shutdown-manager",
+		"--version", "0.0.0-test.1", "--plain-http", "-d", pullDir)
+	cmd.Env = helmEnv
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("helm pull: %v\n%s", err, out)
+	}
+	got, err := os.ReadFile(filepath.Join(pullDir, "shutdown-manager-0.0.0-test.1.tgz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantPkg, _ := os.ReadFile(pkg); !bytes.Equal(got, wantPkg) {
+		t.Error("helm pull gave back another package than the one pushed")
+	}
+}
+
+// TestReleaseNeedsSemanticVersion: an untagged build's version (dev) is no release, nor is a release the
+// CHANGELOG has no notes for.
 func TestReleaseNeedsSemanticVersion(t *testing.T) {
-	for _, v := range []string{"dev", "0.1.0", "v0.1", "v01.0.0", ""} {
+	for v, reason := range map[string]string{
+		"dev": "is not a semantic version", "0.1.0": "is not a semantic version", "v0.1": "is not a semantic version",
+		"v01.0.0": "is not a semantic version", "": "is not a semantic version",
+		"v99.0.0": "CHANGELOG.md has no section '## [99.0.0] - YYYY-MM-DD'",
+	} {
 		dist := filepath.Join(t.TempDir(), "dist")
 		log, err := release(t, dist, v)
 		var ee *exec.ExitError
-		if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(log, "is not a semantic version") {
-			t.Errorf("release %q: %v\n%s\nwant exit 2 naming the version", v, err, log)
+		if err == nil || !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(log, reason) {
+			t.Errorf("release %q: %v\n%s\nwant exit 2 saying %q", v, err, log, reason)
 		}
 		if _, err := os.Stat(dist); err == nil {
 			t.Errorf("release %q wrote %s", v, dist)

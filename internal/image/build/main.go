@@ -4,6 +4,7 @@
 //	go run ./internal/image/build -out dist                      # dist/image.tar + dist/image-oci/
 //	go run ./internal/image/build -push registry.example/sm:v1   # the multi-arch index, with your credentials
 //	go run ./internal/image/build -out dist -release             # + every arch's binary and docker archive
+//	go run ./internal/image/build -push REF -layout dist/image-oci # push the image make release wrote
 //
 // Defaults: -version the tag of the commit (`git describe --tags --exact-match`), else dev, as the Makefile's
 // VERSION; the image is then shutdown-manager:dev, the name deploy/, the chart and inject use; -revision from
@@ -11,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -53,6 +55,7 @@ type config struct {
 	tarArch  string   // the architecture written to the tar
 	arches   []string // the index's architectures
 	release  bool     // write every arch's binary and docker archive (make release) instead of one image.tar
+	layout   string   // push the index of this OCI layout (make release's) instead of building one
 	metadata image.Metadata
 }
 
@@ -62,6 +65,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if cfg.layout != "" {
+		idx, err := image.ReadLayout(cfg.layout)
+		if err != nil {
+			return err
+		}
+		return push(ctx, cfg, idx, stdout, log)
+	}
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return err
@@ -87,13 +97,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if cfg.push != "" {
-		ref, err := image.Push(ctx, cfg.push, idx, authn.DefaultKeychain)
-		if err != nil {
-			return err
-		}
-		log.Info("pushed", "image", cfg.push)
-		fmt.Fprintln(stdout, ref.String())
+		return push(ctx, cfg, idx, stdout, log)
 	}
+	return nil
+}
+
+// push pushes idx to cfg.push with the user's registry credentials and prints the reference by digest.
+func push(ctx context.Context, cfg config, idx v1.ImageIndex, stdout io.Writer, log *slog.Logger) error {
+	ref, err := image.Push(ctx, cfg.push, idx, authn.DefaultKeychain)
+	if err != nil {
+		return err
+	}
+	log.Info("pushed", "image", cfg.push, "from", cmp.Or(cfg.layout, "a fresh build"))
+	fmt.Fprintln(stdout, ref.String())
 	return nil
 }
 
@@ -147,6 +163,7 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	imgName := fs.String("name", "", "the image name in the tar and the layout (default shutdown-manager:VERSION)")
 	tarArch := fs.String("tar-arch", runtime.GOARCH, "architecture of the docker archive")
 	arches := fs.String("arches", "amd64,arm64", "architectures of the index (GOARCH values)")
+	fromLayout := fs.String("layout", "", "with -push: push the index of this OCI layout (dist/image-oci of make release) instead of building")
 	release := fs.Bool("release", false, "with -out: write DIR/shutdown-manager-linux-ARCH and DIR/image-linux-ARCH.tar for every arch instead of DIR/image.tar (make release)")
 	version := fs.String("version", "", "version stamped into the binary and the labels (default: the commit's tag, else dev)")
 	revision := fs.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
@@ -156,6 +173,9 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q", strings.Join(fs.Args(), " "))
+	}
+	if *fromLayout != "" && (*push == "" || *out != "") {
+		return config{}, errors.New("-layout pushes an image already built: give -push REF and no -out")
 	}
 	if *release && *out == "" {
 		return config{}, errors.New("-release writes under -out: give -out DIR")
@@ -184,7 +204,7 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 		*imgName = "shutdown-manager:" + *version
 	}
 	cfg := config{
-		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","), release: *release,
+		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","), release: *release, layout: *fromLayout,
 		metadata: image.Metadata{Version: *version, Revision: *revision, Created: time.Unix(*created, 0)},
 	}
 	return cfg, nil
