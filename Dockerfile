@@ -10,13 +10,13 @@
 # own tar and manifest). internal/image's TestDockerfile checks that the two agree.
 
 FROM --platform=$BUILDPLATFORM golang:1.26 AS build
-ARG TARGETOS TARGETARCH VERSION=dev
+ARG TARGETOS TARGETARCH VERSION=dev REVISION=
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
-    -ldflags "-s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=${VERSION}" \
+    -ldflags "-s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=${VERSION} -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=${REVISION}" \
     -o /out/shutdown-manager ./cmd/shutdown-manager
 
 FROM scratch

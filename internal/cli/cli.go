@@ -21,8 +21,14 @@ const (
 	ExitUsage   = 2 // bad flags or arguments
 )
 
-// Version is set at build time with -ldflags "-X .../internal/cli.Version=…".
-var Version = "dev"
+// Version and Commit are set at build time with -ldflags "-X .../internal/cli.Version=… -X .../internal/cli.Commit=…"
+// (the Makefile, internal/image and the Dockerfile stamp both). Version is the commit's tag (v0.1.0) or "dev" for
+// every untagged build: the default image inject writes is shutdown-manager:VERSION, and dev is the one name
+// deploy/ and the chart use between releases. Commit tells untagged builds apart (version.go).
+var (
+	Version = "dev"
+	Commit  = ""
+)
 
 type command struct {
 	name, summary string
@@ -41,7 +47,7 @@ func commands() []command {
 		{"uninject", "remove what inject added from Kubernetes manifests (-f FILE|-; YAML out)", runUninject},
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
 		{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)", runInstall},
-		{"version", "print the version", runVersion},
+		{"version", "print the version, the commit and the Go version (-o json for scripts)", runVersion},
 	}
 }
 
@@ -173,18 +179,4 @@ func dashed(name string) string {
 		return "-" + name
 	}
 	return "--" + name
-}
-
-func runVersion(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	short := fs.Bool("short", false, "print the version alone, without the program's name (for scripts)")
-	if err := parse(fs, args, stdout); err != nil {
-		return err
-	}
-	if *short {
-		fmt.Fprintln(stdout, Version)
-		return nil
-	}
-	fmt.Fprintln(stdout, "shutdown-manager", Version)
-	return nil
 }

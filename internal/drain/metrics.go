@@ -113,18 +113,23 @@ func (m *Metrics) finished(r Result) {
 
 // inFlightGauge exports the work in flight at the last poll. It is absent from /metrics until a poll has
 // read it (a 0 before any poll would claim "nothing in flight" when nothing is known). It is exported under
-// its name and, for one release, under the deprecated name it had: it never counted only connections.
+// its name and, in v0.1.0 only, under the deprecated name it had (it never counted only connections):
+// DeprecatedInFlightRemovedIn is the release without it (test/docs fails once the CHANGELOG has that release and
+// the alias is still here).
 type inFlightGauge struct {
 	value     atomic.Int64 // -1: unknown
 	desc, old *prometheus.Desc
 }
+
+// DeprecatedInFlightRemovedIn is the release that no longer exports shutdown_manager_open_connections.
+const DeprecatedInFlightRemovedIn = "v0.2.0"
 
 func newInFlightGauge() *inFlightGauge {
 	g := &inFlightGauge{
 		desc: prometheus.NewDesc("shutdown_manager_in_flight",
 			"Work in flight at the last poll, as --count counts it (by default HTTP requests plus connections no HTTP manager owns). Absent until the first poll.", nil, nil),
 		old: prometheus.NewDesc("shutdown_manager_open_connections",
-			"Deprecated: use shutdown_manager_in_flight (same value). Removed in the next release.", nil, nil),
+			"Deprecated: use shutdown_manager_in_flight (same value). Removed in "+DeprecatedInFlightRemovedIn+".", nil, nil),
 	}
 	g.value.Store(-1)
 	return g

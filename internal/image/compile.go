@@ -10,20 +10,27 @@ import (
 	"strings"
 )
 
-// VersionVar is the variable `-ldflags -X` stamps with the version (the Makefile's LDFLAGS name it too).
-const VersionVar = "github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version"
+// VersionVar and CommitVar are the variables `-ldflags -X` stamps with the version and the commit (the
+// Makefile's LDFLAGS and the Dockerfile name them too).
+const (
+	VersionVar = "github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version"
+	CommitVar  = "github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit"
+)
 
 // MainPackage is the command the image holds, relative to the module's root.
 const MainPackage = "./cmd/shutdown-manager"
 
-// LDFlags returns the linker flags of `make build` for version: no symbol table or DWARF (-s -w), the
-// version stamped.
-func LDFlags(version string) string { return "-s -w -X " + VersionVar + "=" + version }
+// LDFlags returns the linker flags of `make build` for version and commit: no symbol table or DWARF (-s -w),
+// the version and the commit stamped (the binary's `version` prints both).
+func LDFlags(version, commit string) string {
+	return "-s -w -X " + VersionVar + "=" + version + " -X " + CommitVar + "=" + commit
+}
 
 // CompileConfig says what Compile builds.
 type CompileConfig struct {
 	ModuleDir string   // the module's root (where go.mod is)
 	Version   string   // stamped into the binary
+	Commit    string   // stamped into the binary: the commit hash (git rev-parse HEAD), or empty
 	Arches    []string // GOARCH values, each built for GOOS=linux
 	Go        string   // the go command; "go" when empty
 }
@@ -45,8 +52,8 @@ func Compile(ctx context.Context, c CompileConfig) ([]Binary, error) {
 	for _, arch := range c.Arches {
 		out := filepath.Join(tmp, "shutdown-manager-"+arch)
 		// -buildvcs=false: the binary must not depend on whether a .git directory is present (a source
-		// tarball, the Dockerfile's context); the revision is in the image's labels.
-		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(c.Version), "-o", out, MainPackage)
+		// tarball, the Dockerfile's context); the revision is stamped (Commit) and in the image's labels.
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(c.Version, c.Commit), "-o", out, MainPackage)
 		cmd.Dir = c.ModuleDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 		var stderr bytes.Buffer

@@ -66,7 +66,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("the last stage has %d COPY/ADD/RUN instructions, want 1: one file, nothing else", n)
 	}
 	build := regexp.MustCompile(`RUN .*go build .*`).FindString(text)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-buildvcs=false", `-ldflags "` + LDFlags("${VERSION}") + `"`, MainPackage} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-buildvcs=false", `-ldflags "` + LDFlags("${VERSION}", "${REVISION}") + `"`, MainPackage} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the Dockerfile's go build %q lacks %q", build, want)
 		}
@@ -83,7 +83,7 @@ func TestMakefileBuildsAsCompile(t *testing.T) {
 	if m == nil {
 		t.Fatal("the Makefile defines no LDFLAGS")
 	}
-	if got, want := strings.TrimSpace(string(m[1])), LDFlags("$(VERSION)"); got != want {
+	if got, want := strings.TrimSpace(string(m[1])), LDFlags("$(VERSION)", "$(COMMIT)"); got != want {
 		t.Errorf("Makefile LDFLAGS = %q, image.LDFlags = %q", got, want)
 	}
 	if !regexp.MustCompile(`(?m)^build:\n\tCGO_ENABLED=0 \$\(GO\) build -trimpath -ldflags '\$\(LDFLAGS\)'`).Match(data) {

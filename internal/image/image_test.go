@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"io/fs"
@@ -55,7 +56,7 @@ func realIndex(t *testing.T) ([]Binary, v1.ImageIndex) {
 	realOnce.Do(func() {
 		realTestName = t.Name()
 		realBins, realErr = Compile(context.Background(), CompileConfig{
-			ModuleDir: moduleRoot(t), Version: testMetadata.Version, Arches: testArches})
+			ModuleDir: moduleRoot(t), Version: testMetadata.Version, Commit: testMetadata.Revision, Arches: testArches})
 		if realErr == nil {
 			realIdx, realErr = NewIndex(testMetadata, realBins)
 		}
@@ -276,7 +277,7 @@ func TestIndexDigestIsAFunctionOfItsInputs(t *testing.T) {
 func TestBuildIsReproducible(t *testing.T) {
 	firstBins, firstIdx := realIndex(t)
 	secondBins, err := Compile(t.Context(), CompileConfig{
-		ModuleDir: moduleRoot(t), Version: testMetadata.Version, Arches: testArches})
+		ModuleDir: moduleRoot(t), Version: testMetadata.Version, Commit: testMetadata.Revision, Arches: testArches})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,12 +327,16 @@ func TestImageBinaryRuns(t *testing.T) {
 	if err := os.WriteFile(path, data, 0o555); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(path, "version").CombinedOutput()
+	out, err := exec.Command(path, "version", "-o", "json").Output()
 	if err != nil {
-		t.Fatalf("%s version: %v: %s", path, err, out)
+		t.Fatalf("%s version -o json: %v: %s", path, err, out)
 	}
-	if got, want := strings.TrimSpace(string(out)), "shutdown-manager "+testMetadata.Version; got != want {
-		t.Errorf("version = %q, want %q", got, want)
+	var got struct{ Version, Commit string }
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("%s version -o json printed %q: %v", path, out, err)
+	}
+	if got.Version != testMetadata.Version || got.Commit != testMetadata.Revision {
+		t.Errorf("version -o json = %s, want version %q and commit %q stamped", out, testMetadata.Version, testMetadata.Revision)
 	}
 }
 

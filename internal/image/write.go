@@ -64,6 +64,31 @@ func WriteLayout(dir, refName string, idx v1.ImageIndex) error {
 	return nil
 }
 
+// ReadLayout returns the image index WriteLayout wrote into dir (its index.json holds that one index), for
+// pushing the very image a release verified rather than a rebuild of it.
+func ReadLayout(dir string) (v1.ImageIndex, error) {
+	p, err := layout.FromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the layout %s: %w", dir, err)
+	}
+	top, err := p.ImageIndex()
+	if err != nil {
+		return nil, fmt.Errorf("reading the layout %s: %w", dir, err)
+	}
+	im, err := top.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading the layout %s: %w", dir, err)
+	}
+	if len(im.Manifests) != 1 || !im.Manifests[0].MediaType.IsIndex() {
+		return nil, fmt.Errorf("the layout %s holds %d entries, want the one image index make image or make release writes", dir, len(im.Manifests))
+	}
+	idx, err := top.ImageIndex(im.Manifests[0].Digest)
+	if err != nil {
+		return nil, fmt.Errorf("reading the index in %s: %w", dir, err)
+	}
+	return idx, nil
+}
+
 // Push pushes idx (the index, its images and their blobs) to ref, authenticating with kc
 // (authn.DefaultKeychain reads the user's docker config and credential helpers). It returns the pushed
 // reference by digest.

@@ -3,6 +3,8 @@
 //
 //	go run ./internal/image/build -out dist                      # dist/image.tar + dist/image-oci/
 //	go run ./internal/image/build -push registry.example/sm:v1   # the multi-arch index, with your credentials
+//	go run ./internal/image/build -out dist -release             # + every arch's binary and docker archive
+//	go run ./internal/image/build -push REF -layout dist/image-oci # push the image make release wrote
 //
 // Defaults: -version the tag of the commit (`git describe --tags --exact-match`), else dev, as the Makefile's
 // VERSION; the image is then shutdown-manager:dev, the name deploy/, the chart and inject use; -revision from
@@ -10,6 +12,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -51,6 +54,8 @@ type config struct {
 	name     string   // the tag in the tar and the layout (IMAGE, else shutdown-manager:VERSION)
 	tarArch  string   // the architecture written to the tar
 	arches   []string // the index's architectures
+	release  bool     // write every arch's binary and docker archive (make release) instead of one image.tar
+	layout   string   // push the index of this OCI layout (make release's) instead of building one
 	metadata image.Metadata
 }
 
@@ -60,12 +65,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil))
+	if cfg.layout != "" {
+		idx, err := image.ReadLayout(cfg.layout)
+		if err != nil {
+			return err
+		}
+		return push(ctx, cfg, idx, stdout, log)
+	}
 	root, err := moduleRoot(ctx)
 	if err != nil {
 		return err
 	}
 	log.Info("compiling", "version", cfg.metadata.Version, "arches", strings.Join(cfg.arches, ","))
-	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: cfg.metadata.Version, Arches: cfg.arches})
+	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: cfg.metadata.Version, Commit: cfg.metadata.Revision, Arches: cfg.arches})
 	if err != nil {
 		return err
 	}
@@ -80,34 +92,62 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	log.Info("built index", "digest", digest.String(), "created", cfg.metadata.Created.UTC().Format(time.RFC3339),
 		"revision", cfg.metadata.Revision)
 	if cfg.out != "" {
-		if err := writeDist(cfg, idx, log); err != nil {
+		if err := writeDist(cfg, bins, idx, log); err != nil {
 			return err
 		}
 	}
 	if cfg.push != "" {
-		ref, err := image.Push(ctx, cfg.push, idx, authn.DefaultKeychain)
-		if err != nil {
-			return err
-		}
-		log.Info("pushed", "image", cfg.push)
-		fmt.Fprintln(stdout, ref.String())
+		return push(ctx, cfg, idx, stdout, log)
 	}
 	return nil
 }
 
-func writeDist(cfg config, idx v1.ImageIndex, log *slog.Logger) error {
-	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
-		return fmt.Errorf("making %s: %w", cfg.out, err)
-	}
-	img, err := image.ImageFor(idx, cfg.tarArch)
+// push pushes idx to cfg.push with the user's registry credentials and prints the reference by digest.
+func push(ctx context.Context, cfg config, idx v1.ImageIndex, stdout io.Writer, log *slog.Logger) error {
+	ref, err := image.Push(ctx, cfg.push, idx, authn.DefaultKeychain)
 	if err != nil {
 		return err
 	}
-	tarPath := filepath.Join(cfg.out, "image.tar")
-	if err := image.WriteArchive(tarPath, cfg.name, img); err != nil {
-		return err
+	log.Info("pushed", "image", cfg.push, "from", cmp.Or(cfg.layout, "a fresh build"))
+	fmt.Fprintln(stdout, ref.String())
+	return nil
+}
+
+func writeDist(cfg config, bins []image.Binary, idx v1.ImageIndex, log *slog.Logger) error {
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		return fmt.Errorf("making %s: %w", cfg.out, err)
 	}
-	log.Info("wrote docker archive", "path", tarPath, "name", cfg.name, "arch", cfg.tarArch)
+	archives := map[string]string{cfg.tarArch: filepath.Join(cfg.out, "image.tar")}
+	if cfg.release {
+		// What make release ships per arch: the binary as built (the SBOM reads its build information) and a
+		// docker archive (one platform per archive: docker load takes no index).
+		archives = map[string]string{}
+		for _, bin := range bins {
+			path := filepath.Join(cfg.out, "shutdown-manager-linux-"+bin.Arch)
+			if err := os.WriteFile(path, bin.Data, 0o755); err != nil {
+				return fmt.Errorf("writing %s: %w", path, err)
+			}
+			if err := os.Chmod(path, 0o755); err != nil { // whatever the umask
+				return fmt.Errorf("writing %s: %w", path, err)
+			}
+			log.Info("wrote binary", "path", path)
+			archives[bin.Arch] = filepath.Join(cfg.out, "image-linux-"+bin.Arch+".tar")
+		}
+	}
+	for _, arch := range cfg.arches {
+		tarPath, ok := archives[arch]
+		if !ok {
+			continue
+		}
+		img, err := image.ImageFor(idx, arch)
+		if err != nil {
+			return err
+		}
+		if err := image.WriteArchive(tarPath, cfg.name, img); err != nil {
+			return err
+		}
+		log.Info("wrote docker archive", "path", tarPath, "name", cfg.name, "arch", arch)
+	}
 	layoutDir := filepath.Join(cfg.out, "image-oci")
 	if err := image.WriteLayout(layoutDir, cfg.name, idx); err != nil {
 		return err
@@ -123,6 +163,8 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	imgName := fs.String("name", "", "the image name in the tar and the layout (default shutdown-manager:VERSION)")
 	tarArch := fs.String("tar-arch", runtime.GOARCH, "architecture of the docker archive")
 	arches := fs.String("arches", "amd64,arm64", "architectures of the index (GOARCH values)")
+	fromLayout := fs.String("layout", "", "with -push: push the index of this OCI layout (dist/image-oci of make release) instead of building")
+	release := fs.Bool("release", false, "with -out: write DIR/shutdown-manager-linux-ARCH and DIR/image-linux-ARCH.tar for every arch instead of DIR/image.tar (make release)")
 	version := fs.String("version", "", "version stamped into the binary and the labels (default: the commit's tag, else dev)")
 	revision := fs.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
 	created := fs.Int64("created", -1, "creation time, Unix seconds (default: SOURCE_DATE_EPOCH, else the last commit's time)")
@@ -131,6 +173,12 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q", strings.Join(fs.Args(), " "))
+	}
+	if *fromLayout != "" && (*push == "" || *out != "") {
+		return config{}, errors.New("-layout pushes an image already built: give -push REF and no -out")
+	}
+	if *release && *out == "" {
+		return config{}, errors.New("-release writes under -out: give -out DIR")
 	}
 	if *out == "" && *push == "" {
 		return config{}, errors.New("nothing to do: give -out DIR, -push REF or both")
@@ -156,7 +204,7 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 		*imgName = "shutdown-manager:" + *version
 	}
 	cfg := config{
-		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","),
+		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","), release: *release, layout: *fromLayout,
 		metadata: image.Metadata{Version: *version, Revision: *revision, Created: time.Unix(*created, 0)},
 	}
 	return cfg, nil
