@@ -1,4 +1,5 @@
-// Command shutdown-manager drains Envoy before its pod terminates. See internal/cli for the subcommands.
+// Command shutdown-manager drains Envoy before its pod terminates. See internal/cli for the subcommands;
+// named kubectl-shutdown_manager, it is the kubectl plugin (cli.Args).
 package main
 
 import (
@@ -9,5 +10,5 @@ import (
 )
 
 func main() {
-	os.Exit(cli.Run(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(cli.Run(context.Background(), cli.Args(os.Args), os.Stdin, os.Stdout, os.Stderr))
 }

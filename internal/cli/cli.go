@@ -4,6 +4,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -48,6 +49,8 @@ func commands() []command {
 		{"status", "show Envoy's state and the work in flight per listener", runStatus},
 		{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)", runInstall},
 		{"version", "print the version, the commit and the Go version (-o json for scripts)", runVersion},
+		{"completion", "write the shell completion script of bash, zsh or fish", runCompletion},
+		{"kubectl", "the kubectl plugin (kubectl shutdown-manager status …): the drain state of a workload's pods, through the API server", runKubectl},
 	}
 }
 
@@ -98,9 +101,9 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "shutdown-manager: lose no request when a pod running Envoy terminates.")
 	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS] (run: shutdown-manager run [FLAGS] -- ENVOY_COMMAND…)\n       shutdown-manager --version\n\nCommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nRun 'shutdown-manager COMMAND -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'shutdown-manager COMMAND -h' for a command's flags, examples and exit codes.")
 }
 
 // usageError is a bad flag or argument: exit 2 with one line.
@@ -112,39 +115,101 @@ func usagef(format string, args ...any) error { return usageError{fmt.Errorf(for
 
 // synopsis is what follows "shutdown-manager COMMAND" in a command's usage line, when not just [FLAGS].
 var synopsis = map[string]string{
-	"run":     "[FLAGS] -- ENVOY_COMMAND [ARGS…]",
-	"install": "[FLAGS] DIR",
+	"run":            "[FLAGS] -- ENVOY_COMMAND [ARGS…]",
+	"install":        "[FLAGS] DIR",
+	"completion":     "bash|zsh|fish",
+	"kubectl status": "(KIND/NAME | -l SELECTOR) [FLAGS]",
 }
 
 // about is a paragraph of a command's help between its usage line and its flags, for the commands whose
 // flags do not say what they do.
 var about = map[string]string{
-	"install": "Copies this binary to DIR/" + installName + " (mode 0555).",
+	"install": "Copies this binary to DIR/" + installName + " (mode 0555), or with --kubectl-plugin to DIR/" + pluginName + ".",
 	"policy": "Writes a MutatingAdmissionPolicy and its two bindings (MutatingAdmissionPolicyBindings; Kubernetes >= 1.36),\n" +
 		"as YAML for kubectl apply: one binding for the pods of namespaces labelled shutdown-manager.io/inject=enabled,\n" +
 		"one for pods labelled so. The API server then injects pods as inject would with the same flags.",
+	"kubectl status": "As a kubectl plugin: kubectl shutdown-manager status. Lists the pods of a Deployment, DaemonSet, StatefulSet,\n" +
+		"ReplicaSet or Pod (KIND/NAME or KIND NAME), or those of -l, through the API server, with the drain state of each:\n" +
+		"from the manager's Events about the pod (the last drain's: draining, drained, timed-out, envoy-gone, failed,\n" +
+		"canceled), else none, no-event (terminating with no drain recorded) or not-managed (not injected); MODE is\n" +
+		"the injected mode, from the pod's shutdown-manager.io/status annotation. It needs get on the workload and\n" +
+		"list on pods and events in the namespace.",
 }
 
 // parse parses args with fs, printing help (to stdout) only when asked for, and turning every other
-// problem into a one-line usage error.
+// problem into a one-line usage error. Arguments other than flags are an error.
 func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		printHelp(fs, stdout)
+	rest, err := parseArgs(fs, args, stdout)
+	if err != nil {
 		return err
 	}
-	if err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", strings.Join(fs.Args(), " "))
+	if len(rest) > 0 {
+		return usagef("unexpected argument %q", strings.Join(rest, " "))
 	}
 	return nil
 }
 
-// printHelp writes a command's usage line and its flags as the README spells them: a one-letter flag with
-// one dash (-f, -o), every other with two (--drain-timeout). The flag package accepts one dash or two.
+// parseArgs parses args with fs as kubectl does, flags and other arguments in any order (after "--", all are
+// arguments), and returns the arguments. Every short flag that has a long name (-o, -f, -n, -l) is also given
+// it here (--output, ...). A flagSink as stdout takes fs instead of a parse: how completion and the help
+// tests see a command's flags.
+func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+	fs.SetOutput(io.Discard)
+	addLongNames(fs)
+	if sink, ok := stdout.(*flagSink); ok {
+		sink.fs = fs
+		return nil, flag.ErrHelp
+	}
+	var rest []string
+	for {
+		err := fs.Parse(args)
+		if errors.Is(err, flag.ErrHelp) {
+			printHelp(fs, stdout)
+			return nil, err
+		}
+		if err != nil {
+			return nil, usageError{err}
+		}
+		left := fs.Args()
+		if len(left) == 0 {
+			return rest, nil
+		}
+		if len(left) < len(args) && args[len(args)-len(left)-1] == "--" {
+			return append(rest, left...), nil
+		}
+		rest, args = append(rest, left[0]), left[1:]
+	}
+}
+
+// flagSink is a stdout that makes parseArgs hand over the command's FlagSet and stop (flag.ErrHelp).
+type flagSink struct {
+	bytes.Buffer
+	fs *flag.FlagSet
+}
+
+// flagSetOf is the FlagSet a command parses its arguments with, got by running it with a flagSink.
+func flagSetOf(ctx context.Context, c command) *flag.FlagSet {
+	sink := &flagSink{}
+	_ = c.run(ctx, nil, strings.NewReader(""), sink, io.Discard)
+	return sink.fs
+}
+
+// longNames are the long names of one-letter flags, as kubectl has them.
+var longNames = map[string]string{"o": "output", "f": "filename", "n": "namespace", "l": "selector"}
+
+// addLongNames gives each one-letter flag of fs that has a long name (longNames) that name too: the same
+// value, set by either.
+func addLongNames(fs *flag.FlagSet) {
+	for short, long := range longNames {
+		if f := fs.Lookup(short); f != nil && fs.Lookup(long) == nil {
+			fs.Var(f.Value, long, f.Usage)
+		}
+	}
+}
+
+// printHelp writes a command's usage line, its flags as the README spells them (a one-letter flag with one
+// dash and its long name, -o, --output; every other with two, --drain-timeout; the flag package accepts one
+// dash or two), its examples and its exit codes.
 func printHelp(fs *flag.FlagSet, w io.Writer) {
 	syn := synopsis[fs.Name()]
 	if syn == "" {
@@ -154,10 +219,18 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 	if a := about[fs.Name()]; a != "" {
 		fmt.Fprintf(w, "%s\n\n", a)
 	}
-	fmt.Fprintln(w, "Flags:")
+	if hasFlags(fs) {
+		fmt.Fprintln(w, "Flags:")
+	}
 	fs.VisitAll(func(f *flag.Flag) {
+		if short := shortName(f.Name); short != "" && fs.Lookup(short) != nil {
+			return // shown with its one-letter name
+		}
 		kind, usage := flag.UnquoteUsage(f)
 		line := "  " + dashed(f.Name)
+		if long := longNames[f.Name]; long != "" && fs.Lookup(long) != nil {
+			line += ", --" + long
+		}
 		if kind != "" {
 			line += " " + kind
 		}
@@ -171,6 +244,24 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	})
+	printExamples(w, fs.Name())
+}
+
+// hasFlags reports whether fs defines a flag.
+func hasFlags(fs *flag.FlagSet) bool {
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	return n > 0
+}
+
+// shortName is the one-letter name whose long name is long, if any.
+func shortName(long string) string {
+	for s, l := range longNames {
+		if l == long {
+			return s
+		}
+	}
+	return ""
 }
 
 // dashed spells a flag's name as help and the README do: -f, --drain-timeout.

@@ -20,6 +20,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	var f injectFlags
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
+	output := outputFlag(fs)
 	var templates templatePaths
 	templates.register(fs)
 	f.register(fs)
@@ -28,6 +29,9 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	}
 	if *file == "" {
 		return usagef("give the manifests with -f FILE or -f -")
+	}
+	if err := checkOutput(fs, *output); err != nil {
+		return err
 	}
 	cfg, err := f.config(fs)
 	if err != nil {
@@ -68,8 +72,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	if injected > 0 {
 		warnUnpullable(stderr, "inject", cfg.Image)
 	}
-	_, err = stdout.Write(out)
-	return err
+	return writeManifests(stdout, *output, out)
 }
 
 // warnModeSwitch warns on stderr when a pod inject already injected would change mode only because --mode
@@ -96,6 +99,7 @@ func warnModeSwitch(stderr io.Writer, meta *metav1.ObjectMeta, mode inject.Mode)
 func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("uninject", flag.ContinueOnError)
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
+	output := outputFlag(fs)
 	var templates templatePaths
 	templates.register(fs)
 	if err := parse(fs, args, stdout); err != nil {
@@ -103,6 +107,9 @@ func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stde
 	}
 	if *file == "" {
 		return usagef("give the manifests with -f FILE or -f -")
+	}
+	if err := checkOutput(fs, *output); err != nil {
+		return err
 	}
 	in, closeIn, err := openManifests(*file, stdin)
 	if err != nil {
@@ -113,7 +120,20 @@ func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return err
 	}
-	_, err = stdout.Write(out)
+	return writeManifests(stdout, *output, out)
+}
+
+// writeManifests writes inject's YAML stream as it is (-o yaml: untouched documents byte for byte), or as
+// JSON (-o json).
+func writeManifests(w io.Writer, output string, stream []byte) error {
+	if output == "json" {
+		j, err := manifestsAsJSON(stream)
+		if err != nil {
+			return err
+		}
+		stream = j
+	}
+	_, err := w.Write(stream)
 	return err
 }
 

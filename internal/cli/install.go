@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,19 +25,15 @@ func runInstall(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
 	var lf logFlags
 	lf.register(fs)
-	fs.SetOutput(io.Discard)
-	err := fs.Parse(args)
-	if errors.Is(err, flag.ErrHelp) {
-		printHelp(fs, stdout)
+	plugin := fs.Bool("kubectl-plugin", false, "install the kubectl plugin instead: DIR/"+pluginName+" (mode 0555), for a DIR on the PATH; kubectl then runs it as kubectl shutdown-manager")
+	rest, err := parseArgs(fs, args, stdout)
+	if err != nil {
 		return err
 	}
-	if err != nil {
-		return usageError{err}
+	if len(rest) != 1 {
+		return usagef("want one argument, the directory to install into (got %d)", len(rest))
 	}
-	if fs.NArg() != 1 {
-		return usagef("want one argument, the directory to install into (got %d)", fs.NArg())
-	}
-	dir := fs.Arg(0)
+	dir := rest[0]
 	log, closeLog, err := lf.logger(stdout, stderr)
 	if err != nil {
 		return err
@@ -49,7 +44,11 @@ func runInstall(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return err
 	}
 	defer src.Close()
-	dst := filepath.Join(dir, installName)
+	name := installName
+	if *plugin {
+		name = pluginName
+	}
+	dst := filepath.Join(dir, name)
 	n, err := installFile(ctx, src, dst)
 	if err != nil {
 		return fmt.Errorf("installing into %s: %w", dir, err)

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -19,7 +18,7 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 	var cf countFlags // only what changes the count: the drain's timing flags mean nothing here
 	cf.register(fs)
 	fs.Lookup("admin-address").Usage += adminFound
-	output := fs.String("o", "table", "output: table or json")
+	output := outputFlag(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
@@ -28,17 +27,15 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 		return err
 	}
 	cfg.FindAdmin = !isFlagSet(fs, "admin-address")
-	if *output != "table" && *output != "json" {
-		return usagef("-o: %q is not one of table, json", *output)
+	if err := checkOutput(fs, *output); err != nil {
+		return err
 	}
 	rep, err := agent.Status(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	if *output == "json" {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	if *output != "table" {
+		return writeStructured(stdout, *output, rep)
 	}
 	fmt.Fprintf(stdout, "envoy %s at %s\n\n", rep.EnvoyState, rep.Admin)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

@@ -55,12 +55,12 @@ func vcsRevision(settings []debug.BuildSetting) string {
 func runVersion(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	short := fs.Bool("short", false, "print the version alone, without the program's name (for scripts)")
-	output := fs.String("o", "text", "output: text or json (version, commit, go, platform)")
+	output := outputFlag(fs)
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if *output != "text" && *output != "json" {
-		return usagef("-o: %q is not one of text, json", *output)
+	if err := checkOutput(fs, *output); err != nil {
+		return err
 	}
 	bi := buildInfo()
 	switch {

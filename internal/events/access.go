@@ -27,6 +27,7 @@ type access struct {
 	token      source // a bearer token
 	username   string // HTTP basic authentication, without a token
 	password   string
+	namespace  string // the context's namespace (Reader); empty: none said
 }
 
 // source is a credential: bytes a kubeconfig holds inline, or a file read each time it is used.
@@ -106,8 +107,9 @@ type kubeconfig struct {
 type kubeContext struct {
 	Name    string `json:"name"`
 	Context struct {
-		Cluster string `json:"cluster"`
-		User    string `json:"user"`
+		Cluster   string `json:"cluster"`
+		User      string `json:"user"`
+		Namespace string `json:"namespace"`
 	} `json:"context"`
 }
 
@@ -144,6 +146,12 @@ type kubeUser struct {
 // else the file), token (else tokenFile), or username and password. Relative paths are the file's directory's,
 // as kubectl has them. A user with exec or auth-provider credentials, or impersonation, is an error.
 func readKubeconfig(path string) (access, error) {
+	return readKubeconfigContext(path, "")
+}
+
+// readKubeconfigContext is readKubeconfig of the context named name ("": the current context), with the
+// context's namespace.
+func readKubeconfigContext(path, name string) (access, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return access{}, err
@@ -152,12 +160,15 @@ func readKubeconfig(path string) (access, error) {
 	if err := yaml.Unmarshal(b, &kc); err != nil {
 		return access{}, fmt.Errorf("decoding: %w", err)
 	}
-	if kc.CurrentContext == "" {
+	if name == "" {
+		name = kc.CurrentContext
+	}
+	if name == "" {
 		return access{}, errors.New("no current-context")
 	}
-	ci := slices.IndexFunc(kc.Contexts, func(c kubeContext) bool { return c.Name == kc.CurrentContext })
+	ci := slices.IndexFunc(kc.Contexts, func(c kubeContext) bool { return c.Name == name })
 	if ci < 0 {
-		return access{}, fmt.Errorf("no context %q", kc.CurrentContext)
+		return access{}, fmt.Errorf("no context %q", name)
 	}
 	ctx := kc.Contexts[ci].Context
 	var cluster *kubeCluster
@@ -167,7 +178,7 @@ func readKubeconfig(path string) (access, error) {
 		}
 	}
 	if cluster == nil {
-		return access{}, fmt.Errorf("context %q: no cluster %q", kc.CurrentContext, ctx.Cluster)
+		return access{}, fmt.Errorf("context %q: no cluster %q", name, ctx.Cluster)
 	}
 	var user kubeUser // a context without a user is anonymous
 	for i := range kc.Users {
@@ -180,7 +191,7 @@ func readKubeconfig(path string) (access, error) {
 	}
 
 	a := access{serverName: cluster.TLSServerName, insecure: cluster.InsecureSkipTLSVerify, proxy: http.ProxyFromEnvironment,
-		username: user.Username, password: user.Password}
+		username: user.Username, password: user.Password, namespace: ctx.Namespace}
 	if a.server = cluster.Server; a.server == "" {
 		return access{}, fmt.Errorf("cluster %q: no server", ctx.Cluster)
 	}
