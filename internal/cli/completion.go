@@ -126,7 +126,7 @@ func bashCompletion(tree []compCommand) string {
 	b.WriteString("# bash completion of shutdown-manager, written by `shutdown-manager completion bash`.\n")
 	b.WriteString("# Use: source <(shutdown-manager completion bash)\n")
 	b.WriteString("_shutdown_manager() {\n")
-	b.WriteString("  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} key=${COMP_WORDS[1]} first=2\n")
+	b.WriteString("  local cur=${COMP_WORDS[COMP_CWORD]} prev=${COMP_WORDS[COMP_CWORD-1]} key=${COMP_WORDS[1]}\n")
 	b.WriteString("  COMPREPLY=()\n")
 	fmt.Fprintf(&b, "  if (( COMP_CWORD == 1 )); then COMPREPLY=($(compgen -W %q -- \"$cur\")); return; fi\n", names(tree))
 	for _, c := range tree {
@@ -135,9 +135,8 @@ func bashCompletion(tree []compCommand) string {
 		}
 		fmt.Fprintf(&b, "  if [[ $key == %s ]]; then\n", c.name)
 		fmt.Fprintf(&b, "    if (( COMP_CWORD == 2 )); then COMPREPLY=($(compgen -W %q -- \"$cur\")); return; fi\n", names(c.sub))
-		b.WriteString("    key=\"$key ${COMP_WORDS[2]}\"; first=3\n  fi\n")
+		b.WriteString("    key=\"$key ${COMP_WORDS[2]}\"\n  fi\n")
 	}
-	b.WriteString("  local values=\n")
 	b.WriteString("  if [[ $cur == -*=* ]]; then prev=${cur%%=*}; cur=${cur#*=}; fi\n")
 	b.WriteString("  case \"$key $prev\" in\n")
 	each(tree, func(c compCommand) {
@@ -166,7 +165,7 @@ func bashCompletion(tree []compCommand) string {
 	b.WriteString("  if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W \"$flags\" -- \"$cur\")); return; fi\n")
 	b.WriteString("  if [[ -n $args ]]; then\n")
 	b.WriteString("    COMPREPLY=($(compgen -W \"$args\" -- \"$cur\"))\n")
-	b.WriteString("    [[ ${COMPREPLY[0]} == */ ]] && type compopt >/dev/null 2>&1 && compopt -o nospace\n")
+	b.WriteString("    [[ ${COMPREPLY[0]} == */ ]] && type compopt >/dev/null 2>&1 && compopt -o nospace 2>/dev/null\n")
 	b.WriteString("  fi\n")
 	b.WriteString("}\n")
 	b.WriteString("complete -o default -F _shutdown_manager shutdown-manager\n")

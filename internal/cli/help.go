@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 )
 
 // example is one command line of a command's help, with what it does. TestHelpSections parses each with the
@@ -80,8 +84,8 @@ var examples = map[string][]example{
 var exitCodes = map[string][][2]string{
 	"drain": {{"0", "drained, or Envoy was gone"}, {"1", "the drain timed out or failed"}, {"2", "bad flags or arguments"}},
 	"serve": {{"0", "stopped by SIGTERM or SIGINT once any drain released"}, {"1", "the API could not listen, or another failure"}, {"2", "bad flags or arguments"}},
-	"run": {{"Envoy's", "Envoy's own exit status (128+N when signal N ended it)"}, {"1", "Envoy could not start, or another failure"},
-		{"2", "bad flags or arguments"}},
+	"run": {{"0", "Envoy exited 0 (as it does on /quitquitquit after the drain)"}, {"N", "Envoy's own exit status N (128+S when signal S ended it)"},
+		{"1", "also: Envoy could not start, or another failure"}, {"2", "bad flags or arguments (Envoy not started)"}},
 	"resume":  {{"0", "Envoy passes health checks again"}, {"1", "it does not, or the sidecar refused (a drain holds waiters; see --force)"}, {"2", "bad flags or arguments"}},
 	"inject":  {{"0", "the manifests were written"}, {"1", "unreadable manifests, no workload with an Envoy container, or a workload that cannot be injected"}, {"2", "bad flags or arguments"}},
 	"status":  {{"0", "the status was printed"}, {"1", "Envoy's admin API did not answer"}, {"2", "bad flags or arguments"}},
@@ -111,4 +115,48 @@ func printExamples(w io.Writer, name string) {
 	for _, c := range codes {
 		fmt.Fprintf(w, "  %-7s %s\n", c[0], c[1])
 	}
+}
+
+// CheckArgs parses a command line's arguments (as Run takes them: the command first; "kubectl" and the
+// plugin's command for the plugin) with the command's own flags, without running it: an unknown command or
+// flag, or a bad flag value the flag package sees, is an error. The help's examples and docs/cli.md are
+// checked with it.
+func CheckArgs(args []string) error {
+	if len(args) == 0 {
+		return errors.New("no command")
+	}
+	table, name := commands(), args[0]
+	if name == "kubectl" {
+		if len(args) < 2 {
+			return errors.New("kubectl: no command")
+		}
+		table, name, args = kubectlCommands(), args[1], args[1:]
+	}
+	i := slices.IndexFunc(table, func(c command) bool { return c.name == name })
+	if i < 0 {
+		return fmt.Errorf("unknown command %q", name)
+	}
+	fs := flagSetOf(context.Background(), table[i])
+	if fs == nil {
+		return fmt.Errorf("%s: no flags read", name)
+	}
+	_, err := parseArgs(fs, args[1:], io.Discard)
+	return err
+}
+
+// CommandsIn are the arguments Run would get for each command of this binary in a shell line (its commands
+// separated by " | "): "shutdown-manager X …" is X …, "kubectl shutdown-manager X …" is kubectl X …; other
+// programs' commands are left out.
+func CommandsIn(line string) [][]string {
+	var cmds [][]string
+	for _, part := range strings.Split(line, " | ") {
+		words := strings.Fields(part)
+		switch {
+		case len(words) >= 2 && words[0] == "shutdown-manager":
+			cmds = append(cmds, words[1:])
+		case len(words) >= 3 && words[0] == "kubectl" && words[1] == "shutdown-manager":
+			cmds = append(cmds, append([]string{"kubectl"}, words[2:]...))
+		}
+	}
+	return cmds
 }

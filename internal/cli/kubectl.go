@@ -36,7 +36,6 @@ func Args(argv []string) []string {
 func kubectlCommands() []command {
 	return []command{
 		{"status", "the drain state of every pod of a workload, read through the API server", runKubectlStatus},
-		{"version", "print the version", runVersion},
 	}
 }
 
