@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -117,13 +118,16 @@ func printExamples(w io.Writer, name string) {
 	}
 }
 
-// CheckArgs parses a command line's arguments (as Run takes them: the command first; "kubectl" and the
-// plugin's command for the plugin) with the command's own flags, without running it: an unknown command or
+// CheckArgs parses a command line's arguments (as Run takes them: the command first, or help and a command;
+// "kubectl" and the plugin's command for the plugin) with the command's own flags, without running it: an unknown command or
 // flag, or a bad flag value the flag package sees, is an error. The help's examples and docs/cli.md are
 // checked with it.
 func CheckArgs(args []string) error {
 	if len(args) == 0 {
 		return errors.New("no command")
+	}
+	if len(args) == 2 && args[0] == "help" {
+		args = []string{args[1], "--help"}
 	}
 	table, name := commands(), args[0]
 	if name == "kubectl" {
@@ -141,6 +145,9 @@ func CheckArgs(args []string) error {
 		return fmt.Errorf("%s: no flags read", name)
 	}
 	_, err := parseArgs(fs, args[1:], io.Discard)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
 	return err
 }
 

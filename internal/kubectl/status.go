@@ -44,7 +44,7 @@ const (
 	StateEnvoyGone  = "envoy-gone"  // EnvoyGone
 	StateFailed     = "failed"      // DrainFailed
 	StateCanceled   = "canceled"    // DrainCanceled
-	StateNotInScope = "not-managed" // not injected and no Events: nothing of the manager in this pod
+	StateNotManaged = "not-managed" // not injected and no Events: nothing of the manager in this pod
 )
 
 // stateOf is the drain state each of the manager's reasons ends a drain in.
@@ -364,7 +364,7 @@ func podStatus(p corev1.Pod, evs []Event) PodStatus {
 	case p.DeletionTimestamp != nil:
 		st.Drain = StateNoEvent
 	case st.Mode == "":
-		st.Drain = StateNotInScope
+		st.Drain = StateNotManaged
 	default:
 		st.Drain = StateNone
 	}

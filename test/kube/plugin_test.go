@@ -23,7 +23,7 @@ import (
 // `shutdown-manager inject`), their status written through the status subresource, three of them deleted (a pod
 // bound to a node stays Terminating until its kubelet confirms, and there is none), and the manager's Events
 // recorded by the real Events client (internal/events), as a drain records them. The plugin reads it all with a
-// ServiceAccount token bound to the Role docs/cli.md lists (get deployments, list pods and events), nothing more.
+// ServiceAccount token bound to the Role of docs/cli.md (get the workload, list pods and Events), nothing more.
 func TestKubectlPlugin(t *testing.T) {
 	api := kubetest.Start(t)
 	const ns = "edge"
@@ -104,12 +104,11 @@ spec:
 		t.Fatalf("%d Events stored, want the 8 recorded", n)
 	}
 
-	// A reader with only what docs/cli.md says the plugin needs.
+	// A reader with only what docs/cli.md says the plugin needs: the page's Role, bound to a ServiceAccount.
+	writeFile(t, filepath.Join(dir, "role.yaml"), []byte(docsRole(t)))
+	api.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(dir, "role.yaml"))
 	api.Kubectl(t, "create", "serviceaccount", "-n", ns, "viewer")
-	api.Kubectl(t, "create", "role", "-n", ns, "drain-status", "--verb=get", "--resource=deployments,daemonsets,statefulsets,replicasets,pods")
-	api.Kubectl(t, "create", "role", "-n", ns, "drain-status-list", "--verb=list", "--resource=pods,events")
-	api.Kubectl(t, "create", "rolebinding", "-n", ns, "drain-status", "--role=drain-status", "--serviceaccount="+ns+":viewer")
-	api.Kubectl(t, "create", "rolebinding", "-n", ns, "drain-status-list", "--role=drain-status-list", "--serviceaccount="+ns+":viewer")
+	api.Kubectl(t, "create", "rolebinding", "-n", ns, "drain-status", "--role=shutdown-manager-status", "--serviceaccount="+ns+":viewer")
 	viewer := strings.TrimSpace(api.Kubectl(t, "create", "token", "-n", ns, "viewer"))
 	kc := kubeconfig(t, api, t.TempDir(), "certificate-authority: "+api.CAFile, "token: "+viewer)
 
@@ -231,4 +230,18 @@ spec:
 			}
 		}
 	})
+}
+
+// docsRole is the Role of docs/cli.md: its one yaml block.
+func docsRole(t *testing.T) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(string(b), -1)
+	if len(blocks) != 1 || !strings.Contains(blocks[0][1], "kind: Role\n") {
+		t.Fatalf("docs/cli.md: want one yaml block, the plugin's Role; found %d", len(blocks))
+	}
+	return blocks[0][1]
 }
