@@ -245,5 +245,5 @@ func unsupported(u kubeUser) error {
 	if len(what) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: not supported for Events (a client certificate, a token or tokenFile, or a username and password are)", strings.Join(what, " and "))
+	return fmt.Errorf("%s: not supported (a client certificate, a token or tokenFile, or a username and password are)", strings.Join(what, " and "))
 }

@@ -241,3 +241,22 @@ func TestSendTooManyRequests(t *testing.T) {
 		t.Errorf("tokens sent %q, want %q", tokens, want)
 	}
 }
+
+// A context other than the current one is read when named (the kubectl plugin's --context), with its namespace.
+func TestReadKubeconfigContext(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	text := "current-context: a\ncontexts: [{name: a, context: {cluster: ka, namespace: one}}, {name: b, context: {cluster: kb, namespace: two}}]\n" +
+		"clusters: [{name: ka, cluster: {server: https://a}}, {name: kb, cluster: {server: https://b}}]\n"
+	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct{ context, server, namespace string }{{"", "https://a", "one"}, {"b", "https://b", "two"}} {
+		a, err := readKubeconfigContext(path, tt.context)
+		if err != nil || a.server != tt.server || a.namespace != tt.namespace {
+			t.Errorf("context %q: server %q, namespace %q, %v; want %q, %q", tt.context, a.server, a.namespace, err, tt.server, tt.namespace)
+		}
+	}
+	if _, err := readKubeconfigContext(path, "c"); err == nil || !strings.Contains(err.Error(), `no context "c"`) {
+		t.Errorf("context c: %v, want no context", err)
+	}
+}

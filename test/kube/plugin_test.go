@@ -215,6 +215,22 @@ spec:
 		}
 	})
 
+	t.Run("context", func(t *testing.T) {
+		// -n's default is the context's namespace; --context picks a context other than the current one.
+		ctxs := filepath.Join(t.TempDir(), "contexts")
+		writeFile(t, ctxs, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+api.URL+`", certificate-authority: "`+api.CAFile+`"}}]
+users: [{name: u, user: {token: "`+viewer+`"}}]
+contexts: [{name: default-ns, context: {cluster: c, user: u}}, {name: edge, context: {cluster: c, user: u, namespace: edge}}]
+current-context: default-ns
+`))
+		out, err := plugin(t, "status", "deployment/envoy", "--context", "edge", "--kubeconfig", ctxs)
+		if err != nil || strings.Count(out, "\n") != 1+len(want) {
+			t.Errorf("--context edge: %v, want the 5 pods of edge:\n%s", err, out)
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		for _, tt := range []struct {
 			args []string
