@@ -89,6 +89,7 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 	selector := fs.String("l", "", "a label selector, as kubectl's (app=envoy,tier!=canary): the pods it matches, or with a workload those of the workload it matches")
 	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig file (default: the first file of $KUBECONFIG that exists, else ~/.kube/config, else the pod's service account in a cluster); read: the context's cluster server, CA, tls-server-name, proxy-url and its user's client certificate, token or tokenFile, or username and password; not: exec or auth-provider credentials, impersonation, several files merged")
 	kubeContext := fs.String("context", "", "the kubeconfig context to use (default: its current-context)")
+	liveStatus := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port (sidecar mode with --hook http, agent mode with --listen) through the API server's pods/proxy: column LIVE, its phase and what is in flight now (needs get on pods/proxy; error: see -o yaml)")
 	output := outputFlag(fs)
 	rest, err := parseArgs(fs, args, stdout)
 	if err != nil {
@@ -118,13 +119,13 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 	if err != nil {
 		return err
 	}
-	rep, err := kubectl.Status(ctx, api, kubectl.Query{Namespace: cmp.Or(*namespace, api.Namespace), Target: target, Selector: *selector})
+	rep, err := kubectl.Status(ctx, api, kubectl.Query{Namespace: cmp.Or(*namespace, api.Namespace), Target: target, Selector: *selector, Live: *liveStatus})
 	if err != nil {
 		return err
 	}
 	switch *output {
 	case "table", "wide":
-		return kubectl.WriteTable(stdout, rep, *output == "wide", time.Now())
+		return kubectl.WriteTable(stdout, rep, *output == "wide", *liveStatus, time.Now())
 	}
 	return writeStructured(stdout, *output, rep)
 }

@@ -32,6 +32,8 @@ type Query struct {
 	Namespace string
 	Target    string // deployment/NAME, daemonset/NAME, statefulset/NAME, replicaset/NAME, pod/NAME (or their short names)
 	Selector  string // a label selector, as kubectl's -l; with Target: ANDed with the workload's
+	// Live: also read each manager's own /status through the API server's pods/proxy (see Live).
+	Live bool
 }
 
 // Drain states of a pod, from the manager's Events about it (the last drain's) and the pod itself.
@@ -82,6 +84,8 @@ type PodStatus struct {
 	Drain string `json:"drain"`
 	// Events are the manager's Events about this pod, oldest first.
 	Events []Event `json:"events,omitempty"`
+	// Live is the manager's own /status (Query.Live), when it has an API port.
+	Live *Live `json:"live,omitempty"`
 }
 
 // Event is one of the manager's Events about a pod.
@@ -174,7 +178,11 @@ func Status(ctx context.Context, api Getter, q Query) (Report, error) {
 		return rep, err
 	}
 	for _, p := range pods {
-		rep.Pods = append(rep.Pods, podStatus(p, byPod[p.Name]))
+		st := podStatus(p, byPod[p.Name])
+		if q.Live {
+			st.Live = live(ctx, api, p)
+		}
+		rep.Pods = append(rep.Pods, st)
 	}
 	slices.SortFunc(rep.Pods, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	return rep, nil
@@ -338,13 +346,20 @@ func podStatus(p corev1.Pod, evs []Event) PodStatus {
 	if st.Phase == "" {
 		st.Phase = string(corev1.PodPending)
 	}
-	ready := 0
-	for _, c := range p.Status.ContainerStatuses {
+	// READY counts as kubectl get pods does: the containers and the native sidecars (init containers that
+	// restart always).
+	ready, all := 0, len(p.Spec.Containers)
+	for _, c := range p.Spec.InitContainers {
+		if c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways {
+			all++
+		}
+	}
+	for _, c := range append(slices.Clone(p.Status.ContainerStatuses), p.Status.InitContainerStatuses...) {
 		if c.Ready {
 			ready++
 		}
 	}
-	st.Ready = fmt.Sprintf("%d/%d", ready, len(p.Spec.Containers))
+	st.Ready = fmt.Sprintf("%d/%d", ready, all)
 	if p.DeletionTimestamp != nil {
 		st.Phase = "Terminating"
 		deleted := p.DeletionTimestamp.Time

@@ -82,3 +82,39 @@ func TestAge(t *testing.T) {
 		}
 	}
 }
+
+// The manager's API port is the --listen of its serve or run, not a unix socket, not Envoy's arguments.
+func TestAPIPort(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	for _, tt := range []struct {
+		name string
+		spec corev1.PodSpec
+		want int
+	}{
+		{"sidecar http", corev1.PodSpec{InitContainers: []corev1.Container{{RestartPolicy: &always, Args: []string{"serve", "--listen=:8090", "--metrics-listen=:9090"}}}}, 8090},
+		{"plain sidecar, two words", corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy"}, {Args: []string{"serve", "--listen", "0.0.0.0:7000"}}}}, 7000},
+		{"sidecar on a socket", corev1.PodSpec{Containers: []corev1.Container{{Args: []string{"serve", "--listen=unix:///run/sm/api.sock"}}}}, 0},
+		{"agent", corev1.PodSpec{Containers: []corev1.Container{{Command: []string{"/opt/shutdown-manager/shutdown-manager", "run", "--listen=:8090", "--", "envoy", "-c", "x"}}}}, 8090},
+		{"agent without an API", corev1.PodSpec{Containers: []corev1.Container{{Command: []string{"/opt/shutdown-manager/shutdown-manager", "run", "--", "envoy", "--listen=:1"}}}}, 0},
+		{"hook", corev1.PodSpec{Containers: []corev1.Container{{Args: []string{"-c", "/etc/envoy.yaml", "--listen=:1"}}}}, 0},
+	} {
+		if got := apiPort(corev1.Pod{Spec: tt.spec}); got != tt.want {
+			t.Errorf("%s: port %d, want %d", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestLiveText(t *testing.T) {
+	n := int64(3)
+	for _, tt := range []struct {
+		l    *Live
+		want string
+	}{
+		{nil, "<none>"}, {&Live{State: "idle"}, "idle"}, {&Live{State: "waiting", Open: &n}, "waiting 3"},
+		{&Live{State: "released", Open: &n, Outcome: "timeout"}, "released 3 timeout"}, {&Live{Error: "forbidden"}, "error"},
+	} {
+		if got := tt.l.Text(); got != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.l, got, tt.want)
+		}
+	}
+}

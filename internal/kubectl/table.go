@@ -11,7 +11,7 @@ import (
 // WriteTable writes rep as kubectl get writes objects: one row per pod, its drain state and the manager's last
 // Event about it with that Event's age at now; wide adds the node, the pod's IP, the drain timeout the
 // injection recorded and the last Event's note.
-func WriteTable(w io.Writer, rep Report, wide bool, now time.Time) error {
+func WriteTable(w io.Writer, rep Report, wide, live bool, now time.Time) error {
 	if len(rep.Pods) == 0 {
 		what := rep.Target
 		if what == "" {
@@ -22,6 +22,9 @@ func WriteTable(w io.Writer, rep Report, wide bool, now time.Time) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	head := []string{"NAME", "READY", "STATUS", "MODE", "DRAIN", "LAST-EVENT", "AGE"}
+	if live {
+		head = append(head, "LIVE")
+	}
 	if wide {
 		head = append(head, "NODE", "IP", "DRAIN-TIMEOUT", "NOTE")
 	}
@@ -33,6 +36,9 @@ func WriteTable(w io.Writer, rep Report, wide bool, now time.Time) error {
 			last, age = ev.Reason, Age(now.Sub(ev.Time))
 		}
 		row := []string{p.Name, p.Ready, p.Phase, orNone(p.Mode), p.Drain, last, age}
+		if live {
+			row = append(row, p.Live.Text())
+		}
 		if wide {
 			row = append(row, orNone(p.Node), orNone(p.IP), orNone(p.DrainTimeout), orNone(strings.ReplaceAll(ev.Note, "\t", " ")))
 		}

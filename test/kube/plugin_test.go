@@ -5,10 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // TestKubectlPlugin: `kubectl shutdown-manager status` through the real kubectl's plugin mechanism, against a real
@@ -231,6 +235,67 @@ current-context: default-ns
 		}
 	})
 
+	t.Run("live", func(t *testing.T) {
+		// A sidecar-mode pod with an HTTP API whose IP is this machine's, where a real `serve` listens: the
+		// API server's pods/proxy reaches it (it refuses loopback addresses, so the pod's IP is another one).
+		ip := hostIP(t)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		writeFile(t, filepath.Join(dir, "live.yaml"), []byte(pod("envoy-live", "live")))
+		out, err := exec.Command(bin, "inject", "-f", filepath.Join(dir, "live.yaml"), "--image", "registry.example/shutdown-manager:test",
+			"--mode", "sidecar", "--hook", "http", "--port", strconv.Itoa(port)).Output()
+		if err != nil {
+			t.Fatalf("inject: %v", err)
+		}
+		writeFile(t, filepath.Join(dir, "live-injected.yaml"), out)
+		api.Kubectl(t, "create", "-f", filepath.Join(dir, "live-injected.yaml"))
+		api.Kubectl(t, "patch", "pod", "-n", ns, "envoy-live", "--subresource=status", "--type=merge", "-p", `{"status":{"phase":"Running","podIP":"`+ip+`"}}`)
+		serve, err := testproc.Start(context.Background(), "serve", exec.Command(bin, "serve", "--listen", net.JoinHostPort(ip, strconv.Itoa(port)),
+			"--admin-address", "http://127.0.0.1:1"), filepath.Join(t.TempDir(), "serve.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve.StopAtCleanup(t, 5*time.Second)
+		waitHTTP(t, "http://"+net.JoinHostPort(ip, strconv.Itoa(port))+"/healthz")
+
+		api.Kubectl(t, "create", "role", "-n", ns, "drain-status-live", "--verb=get", "--resource=pods/proxy")
+		api.Kubectl(t, "create", "rolebinding", "-n", ns, "drain-status-live", "--role=drain-status-live", "--serviceaccount="+ns+":viewer")
+		out2, err := plugin(t, "status", "-l", "app in (live,envoy)", "-n", ns, "--live")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out2)
+		}
+		t.Logf("kubectl shutdown-manager status -l 'app in (live,envoy)' --live:\n%s", out2)
+		rows := map[string][]string{}
+		for _, line := range strings.Split(strings.TrimSpace(out2), "\n") {
+			f := strings.Fields(line)
+			rows[f[0]] = f
+		}
+		if h := rows["NAME"]; len(h) != 8 || h[7] != "LIVE" {
+			t.Errorf("header %v: want LIVE last", h)
+		}
+		if r := rows["envoy-live"]; len(r) != 8 || r[3] != "sidecar" || r[7] != "idle" {
+			t.Errorf("envoy-live: %v; want sidecar mode, LIVE idle (its serve's /status)", r)
+		}
+		if r := rows["envoy-idle"]; len(r) != 8 || r[7] != "<none>" {
+			t.Errorf("envoy-idle: %v; want LIVE <none> (hook mode has no API)", r)
+		}
+		out3, err := plugin(t, "status", "pod/envoy-live", "-n", ns, "--live", "-o", "json")
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out3)
+		}
+		var rep kubectl.Report
+		if err := json.Unmarshal([]byte(out3), &rep); err != nil || len(rep.Pods) != 1 || rep.Pods[0].Live == nil {
+			t.Fatalf("-o json: %v\n%s", err, out3)
+		}
+		if lv := rep.Pods[0].Live; lv.Port != port || lv.State != "idle" || !strings.Contains(lv.LastError, "envoy") || lv.Error != "" {
+			t.Errorf("live = %+v: want port %d, idle, and the sidecar's error reading Envoy (there is none)", lv, port)
+		}
+	})
+
 	t.Run("errors", func(t *testing.T) {
 		for _, tt := range []struct {
 			args []string
@@ -260,4 +325,50 @@ func docsRole(t *testing.T) string {
 		t.Fatalf("docs/cli.md: want one yaml block, the plugin's Role; found %d", len(blocks))
 	}
 	return blocks[0][1]
+}
+
+// hostIP is an IPv4 address of this machine other than loopback: the API server's pods/proxy refuses
+// loopback and link-local pod IPs.
+func hostIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && n.IP.IsGlobalUnicast() {
+			return n.IP.String()
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("no IPv4 address other than loopback for the pod proxy to reach")
+	}
+	t.Skip("no IPv4 address other than loopback for the pod proxy to reach")
+	return ""
+}
+
+// waitHTTP waits until url answers 200, for at most a minute.
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%s does not answer 200 after a minute", url)
+		case <-tick.C:
+		}
+	}
 }
