@@ -45,16 +45,3 @@ func TestInjectOutputJSON(t *testing.T) {
 		}
 	}
 }
-
-func TestVersionOutput(t *testing.T) {
-	for _, format := range []string{"json", "yaml"} {
-		var out bytes.Buffer
-		if code := Run(context.Background(), []string{"version", "-o", format}, nil, &out, &bytes.Buffer{}); code != ExitOK {
-			t.Fatalf("version -o %s: exit %d", format, code)
-		}
-		var v struct{ Version, GoVersion string }
-		if err := yaml.Unmarshal(out.Bytes(), &v); err != nil || v.Version != Version || v.GoVersion == "" {
-			t.Errorf("version -o %s = %q (%v), want the version and Go's", format, out.String(), err)
-		}
-	}
-}
