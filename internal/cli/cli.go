@@ -140,6 +140,9 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
 // printHelp writes a command's usage line and its flags as the README spells them: a one-letter flag with
 // one dash (-f, -o), every other with two (--drain-timeout). The flag package accepts one dash or two.
 func printHelp(fs *flag.FlagSet, w io.Writer) {
+	if helpFlags != nil {
+		helpFlags(fs)
+	}
 	syn := synopsis[fs.Name()]
 	if syn == "" {
 		syn = "[FLAGS]"
@@ -166,6 +169,10 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 		fmt.Fprintln(w)
 	})
 }
+
+// helpFlags, when set, is given each command's flag set as its help is printed: the reference of
+// docs/reference.md is generated from the flag sets the commands really parse (reference_test.go).
+var helpFlags func(*flag.FlagSet)
 
 // dashed spells a flag's name as help and the README do: -f, --drain-timeout.
 func dashed(name string) string {
