@@ -25,7 +25,10 @@ const observabilityPage = "../../docs/observability.md"
 // read, including vectors that have no sample yet (which a Gather leaves out).
 type recorder struct{ collectors []prometheus.Collector }
 
-func (r *recorder) Register(c prometheus.Collector) error { r.collectors = append(r.collectors, c); return nil }
+func (r *recorder) Register(c prometheus.Collector) error {
+	r.collectors = append(r.collectors, c)
+	return nil
+}
 func (r *recorder) MustRegister(cs ...prometheus.Collector) {
 	r.collectors = append(r.collectors, cs...)
 }
