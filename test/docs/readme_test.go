@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // userPages are the pages a user reads: the README, SECURITY.md and every page of docs/, as paths from the
@@ -69,4 +70,72 @@ func TestReadmeYAMLIsFromDeploy(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no page has a yaml block: this test checks nothing")
 	}
+}
+
+// TestMeasurementRecord: docs/envoy-drain-behaviour.md says at its top that it is a measurement record, and
+// points nowhere outside the repository (no URL, no path of the machine it was measured on); its relative links
+// resolve.
+func TestMeasurementRecord(t *testing.T) {
+	const page = "docs/envoy-drain-behaviour.md"
+	text := readRepo(t, page)
+	if !strings.Contains(strings.SplitN(text, "\n## ", 2)[0], "**Measurement record.**") {
+		t.Errorf("%s does not open with its label, **Measurement record.**", page)
+	}
+	if m := regexp.MustCompile(`https?://|/tmp/|~/`).FindString(text); m != "" {
+		t.Errorf("%s points outside the repository (%q)", page, m)
+	}
+}
+
+// TestLinks: every relative link of the README, SECURITY.md and docs/ names a file or directory of the
+// repository, and a #fragment a heading of the page it names.
+func TestLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range userPages(t) {
+		text := readRepo(t, page)
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.ToSlash(filepath.Clean(filepath.Join(filepath.Dir(page), file)))
+				if _, err := os.Stat(filepath.Join("..", "..", path)); err != nil {
+					t.Errorf("%s: link %s: %s does not exist", page, target, path)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(readRepo(t, path)), frag) {
+				t.Errorf("%s: link %s: %s has no heading #%s", page, target, path, frag)
+			}
+		}
+	}
+}
+
+// anchors are the fragments GitHub gives a page's headings: lower case, punctuation but - and _ dropped,
+// spaces as -.
+func anchors(page string) []string {
+	var out []string
+	fence := false
+	for _, l := range strings.Split(page, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fence = !fence
+		}
+		if fence || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(l, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }
