@@ -122,6 +122,9 @@ func plot(pts []point, marks []mark) string {
 	fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="black"/>`+"\n", left, top+chartH, w-right, top+chartH)
 
 	// The series (Envoy's gauges; -1: Envoy gone, drawn as 0).
+	// The legend sits in the chart's middle, where a drain's series are flat (between the open connections
+	// and the requests in flight), clear of the event lines at the start and the end.
+	lx := left + (w-left-right)*0.4
 	line := func(get func(point) float64, color, label string, ly float64) {
 		var path []string
 		for _, p := range pts {
@@ -129,15 +132,15 @@ func plot(pts []point, marks []mark) string {
 			path = append(path, fmt.Sprintf("%.1f,%.1f", x(p.t), y(v)))
 		}
 		fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(path, " "))
-		fmt.Fprintf(&b, `<line x1="%g" y1="%g" x2="%g" y2="%g" stroke="%s" stroke-width="2"/><text x="%g" y="%g">%s</text>`+"\n", w-right-250, ly, w-right-230, ly, color, w-right-225, ly+4, esc(label))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%g" x2="%.1f" y2="%g" stroke="%s" stroke-width="2"/><text x="%.1f" y="%g">%s</text>`+"\n", lx, ly, lx+20, ly, color, lx+25, ly+4, esc(label))
 	}
-	line(func(p point) float64 { return p.cx }, "#1f77b4", "connections open (Envoy's gauge)", top+14)
-	line(func(p point) float64 { return p.rq }, "#2ca02c", "requests in flight (Envoy's gauge)", top+30)
+	line(func(p point) float64 { return p.cx }, "#1f77b4", "connections open (downstream_cx_active)", top+chartH*0.4)
+	line(func(p point) float64 { return p.rq }, "#2ca02c", "requests in flight (downstream_rq_active)", top+chartH*0.4+16)
 	var failed float64
 	for _, p := range pts {
 		failed = math.Max(failed, p.failed)
 	}
-	fmt.Fprintf(&b, `<text x="%g" y="%g">failed requests: %g</text>`+"\n", w-right-225, top+50, failed)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%g">Envoy's gauges, every 100 ms; failed requests: %g</text>`+"\n", lx+25, top+chartH*0.4+36, failed)
 
 	// Lanes.
 	// A segment too narrow for its label has it written after it.
@@ -183,7 +186,7 @@ func plot(pts []point, marks []mark) string {
 	grace := find(marks, "grace period ends")
 	gy := laneTop + 3*(laneH+4)
 	fmt.Fprintf(&b, `<rect x="%.1f" y="%g" width="%.1f" height="%g" fill="#eee"/>`+"\n", x(0), gy, x(t1)-x(0), laneH)
-	fmt.Fprintf(&b, `<text x="%.1f" y="%g" font-size="11">terminationGracePeriodSeconds: SIGKILL at %gs, off the chart →  the drain ended %.1fs in</text>`+"\n", x(0)+3, gy+laneH/2+4, grace, released)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%g" font-size="11">terminationGracePeriodSeconds %gs: kubelet's SIGKILL at %gs, off the chart → (Envoy exited at %.1fs)</text>`+"\n", x(0)+3, gy+laneH/2+4, grace, grace, exit)
 
 	// Events: dashed lines through the chart and a numbered legend below.
 	// Marks closer than 16 px share one badge, their numbers joined.
