@@ -23,8 +23,17 @@ func commandFlags(t *testing.T, cmd string) []string {
 		return nil
 	}
 	flags := []string{"-h", "--help"}
-	for _, m := range regexp.MustCompile(`(?m)^  (-[a-z]|--[a-z0-9-]+)\b`).FindAllStringSubmatch(stdout.String(), -1) {
-		flags = append(flags, m[1])
+	// A flag's line starts with its names, one or several ("  -f, --filename string"), then its type.
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		if !strings.HasPrefix(line, "  -") {
+			continue
+		}
+		for _, w := range strings.FieldsFunc(line, func(r rune) bool { return r == ' ' || r == ',' }) {
+			if !strings.HasPrefix(w, "-") {
+				break
+			}
+			flags = append(flags, w)
+		}
 	}
 	return flags
 }
