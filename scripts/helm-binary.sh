@@ -8,7 +8,7 @@
 #   HELM_CACHE_DIR where the cache lives (default: ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/helm).
 #
 # With --print-dir it only prints the bin/ directory, built or not: the chart's tests ask it where helm is, so that
-# the cache key is computed in this one place. Cold, the build takes minutes (see the README); warm, nothing.
+# the cache key is computed in this one place. Cold, the build takes minutes (see docs/development.md); warm, nothing.
 set -euo pipefail
 
 main() {

@@ -24,7 +24,7 @@
 #
 # Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
 # interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
-# building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see the README); warm, nothing.
+# building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see docs/development.md); warm, nothing.
 set -euo pipefail
 
 # Everything is in main, which bash parses whole before running it: a checkout that changes this file during a

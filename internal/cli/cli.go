@@ -211,6 +211,9 @@ func addLongNames(fs *flag.FlagSet) {
 // dash and its long name, -o, --output; every other with two, --drain-timeout; the flag package accepts one
 // dash or two), its examples and its exit codes.
 func printHelp(fs *flag.FlagSet, w io.Writer) {
+	if helpFlags != nil {
+		helpFlags(fs)
+	}
 	syn := synopsis[fs.Name()]
 	if syn == "" {
 		syn = "[FLAGS]"
@@ -263,6 +266,10 @@ func shortName(long string) string {
 	}
 	return ""
 }
+
+// helpFlags, when set, is given each command's flag set as its help is printed: the reference of
+// docs/reference.md is generated from the flag sets the commands really parse (reference_test.go).
+var helpFlags func(*flag.FlagSet)
 
 // dashed spells a flag's name as help and the README do: -f, --drain-timeout.
 func dashed(name string) string {

@@ -17,7 +17,7 @@ import (
 const repoRoot = "../.."
 
 // documents are the files a user reads or applies that name the shutdown-manager.io/ keys without being able
-// to import them: the READMEs, the chart and deploy/.
+// to import them: the READMEs, SECURITY.md, docs/, the chart and deploy/.
 func documents(t *testing.T) map[string]string {
 	t.Helper()
 	docs := map[string]string{}
@@ -29,7 +29,8 @@ func documents(t *testing.T) map[string]string {
 		docs[path] = string(b)
 	}
 	read("README.md")
-	for _, dir := range []string{"charts", "deploy"} {
+	read("SECURITY.md")
+	for _, dir := range []string{"charts", "deploy", "docs"} {
 		err := fs.WalkDir(os.DirFS(repoRoot), dir, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err
@@ -52,7 +53,7 @@ var (
 	injectValueRE = regexp.MustCompile(regexp.QuoteMeta(inject.LabelInject) + `(?:=|"?:[ \t]*)"?([A-Za-z]+)`)
 )
 
-// TestDocumentedNames: every shutdown-manager.io/ key the READMEs, the chart and deploy/ name is one the Go code
+// TestDocumentedNames: every shutdown-manager.io/ key the READMEs, docs/, the chart and deploy/ name is one the Go code
 // declares (an annotation inject knows, the opt-in label, the Events' reporting controller), and every value
 // they give the opt-in key is one of its declared values: a renamed key or value fails here, not in a cluster.
 func TestDocumentedNames(t *testing.T) {
@@ -72,14 +73,17 @@ func TestDocumentedNames(t *testing.T) {
 	}
 }
 
-// TestReadmeAnnotationTable: the README's table of annotations has a row for each annotation inject knows, and no
-// other.
+// annotationPage holds the table of annotations (it was the README's).
+const annotationPage = "docs/reference.md"
+
+// TestReadmeAnnotationTable: the table of annotations in docs/reference.md has a row for each annotation inject
+// knows, and no other.
 func TestReadmeAnnotationTable(t *testing.T) {
-	readme := documents(t)["README.md"]
+	readme := documents(t)[annotationPage]
 	const header = "| annotation `" + inject.Prefix + "…` |"
 	start := strings.Index(readme, header)
 	if start < 0 {
-		t.Fatalf("README.md has no table whose header starts with %q", header)
+		t.Fatalf("%s has no table whose header starts with %q", annotationPage, header)
 	}
 	var got []string
 	for i, line := range strings.Split(readme[start:], "\n") {
@@ -97,6 +101,6 @@ func TestReadmeAnnotationTable(t *testing.T) {
 	want := slices.Sorted(slices.Values(inject.KnownAnnotations))
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
-		t.Errorf("README.md's annotation table names %q\nwant (inject's known annotations) %q", got, want)
+		t.Errorf("%s's annotation table names %q\nwant (inject's known annotations) %q", annotationPage, got, want)
 	}
 }

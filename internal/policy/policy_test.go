@@ -58,7 +58,7 @@ func TestGenerateRefusesBadSettings(t *testing.T) {
 	}
 }
 
-// TestMatchConditionsAreRefusals: every matchCondition is a documented refusal (the README lists them).
+// TestMatchConditionsAreRefusals: every matchCondition is a documented refusal (docs/install.md lists them).
 func TestMatchConditionsAreRefusals(t *testing.T) {
 	p, _, err := Generate(inject.Config{Image: "x", Mode: inject.ModeSidecar, Hook: inject.HookHTTP})
 	if err != nil {
@@ -79,15 +79,16 @@ func TestMatchConditionsAreRefusals(t *testing.T) {
 	}
 }
 
-// TestRefusalsInReadme: the README's table names every refusal.
+// TestRefusalsInReadme: the table of docs/install.md (the policy's section, moved there from the README) names
+// every refusal.
 func TestRefusalsInReadme(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/install.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range Refusals {
 		if !strings.Contains(string(readme), "| `"+r.Name+"` |") {
-			t.Errorf("the README's MutatingAdmissionPolicy table has no row for %s (%s)", r.Name, r.Why)
+			t.Errorf("docs/install.md's MutatingAdmissionPolicy table has no row for %s (%s)", r.Name, r.Why)
 		}
 	}
 }

@@ -4,15 +4,30 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
-// TestReadmeYAMLIsFromDeploy: every ```yaml block of the README is a run of consecutive lines of a file
-// under deploy/ (shifted left as a whole: an excerpt from deep inside a manifest may start at the margin),
-// so the README cannot drift from manifests that are tested.
-func TestReadmeYAMLIsFromDeploy(t *testing.T) {
-	readme := readRepo(t, "README.md")
+// userPages are the pages a user reads: the README, SECURITY.md and every page of docs/, as paths from the
+// repository's root.
+func userPages(t *testing.T) []string {
+	t.Helper()
+	pages := []string{"README.md", "SECURITY.md"}
+	docs, err := filepath.Glob(filepath.Join("..", "..", "docs", "*.md"))
+	if err != nil || len(docs) == 0 {
+		t.Fatalf("docs/*.md: %v (%d pages)", err, len(docs))
+	}
+	for _, d := range docs {
+		pages = append(pages, filepath.ToSlash(strings.TrimPrefix(d, filepath.Join("..", "..")+string(filepath.Separator))))
+	}
+	return pages
+}
+
+// deployFiles are the lines of every file under deploy/.
+func deployFiles(t *testing.T) [][]string {
+	t.Helper()
 	var files [][]string
 	err := filepath.WalkDir(filepath.Join("..", "..", "deploy"), func(path string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
@@ -27,13 +42,100 @@ func TestReadmeYAMLIsFromDeploy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks := regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(readme, -1)
-	if len(blocks) == 0 {
-		t.Fatal("the README has no yaml block: this test checks nothing")
+	return files
+}
+
+// TestReadmeYAMLIsFromDeploy: every ```yaml block of the README, SECURITY.md and the docs/ pages (but the
+// migration pages, whose blocks TestMigrationPages checks against the peers' files) is a run of consecutive lines
+// of a file under deploy/ (shifted left as a whole: an excerpt from deep inside a manifest may start at the
+// margin), so no page can drift from manifests that are tested.
+func TestReadmeYAMLIsFromDeploy(t *testing.T) {
+	files := deployFiles(t)
+	migration := []string{}
+	for _, p := range migrationPages {
+		migration = append(migration, p.page)
 	}
-	for _, b := range blocks {
-		if !isExcerpt(b[1], files) {
-			t.Errorf("README yaml block is not a run of lines of any file under deploy/:\n%s", b[1])
+	checked := 0
+	for _, page := range userPages(t) {
+		if slices.Contains(migration, page) {
+			continue
+		}
+		for _, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(readRepo(t, page), -1) {
+			checked++
+			if !isExcerpt(b[1], files) {
+				t.Errorf("%s: yaml block is not a run of lines of any file under deploy/:\n%s", page, b[1])
+			}
 		}
 	}
+	if checked == 0 {
+		t.Fatal("no page has a yaml block: this test checks nothing")
+	}
+}
+
+// TestMeasurementRecord: docs/envoy-drain-behaviour.md says at its top that it is a measurement record, and
+// points nowhere outside the repository (no URL, no path of the machine it was measured on); its relative links
+// resolve.
+func TestMeasurementRecord(t *testing.T) {
+	const page = "docs/envoy-drain-behaviour.md"
+	text := readRepo(t, page)
+	if !strings.Contains(strings.SplitN(text, "\n## ", 2)[0], "**Measurement record.**") {
+		t.Errorf("%s does not open with its label, **Measurement record.**", page)
+	}
+	if m := regexp.MustCompile(`https?://|/tmp/|~/`).FindString(text); m != "" {
+		t.Errorf("%s points outside the repository (%q)", page, m)
+	}
+}
+
+// TestLinks: every relative link of the README, SECURITY.md and docs/ names a file or directory of the
+// repository, and a #fragment a heading of the page it names.
+func TestLinks(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	for _, page := range userPages(t) {
+		text := readRepo(t, page)
+		for _, m := range link.FindAllStringSubmatch(text, -1) {
+			target := m[1]
+			if strings.HasPrefix(target, "http://") || strings.HasPrefix(target, "https://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			file, frag, _ := strings.Cut(target, "#")
+			path := page
+			if file != "" {
+				path = filepath.ToSlash(filepath.Clean(filepath.Join(filepath.Dir(page), file)))
+				if _, err := os.Stat(filepath.Join("..", "..", path)); err != nil {
+					t.Errorf("%s: link %s: %s does not exist", page, target, path)
+					continue
+				}
+			}
+			if frag != "" && strings.HasSuffix(path, ".md") && !slices.Contains(anchors(readRepo(t, path)), frag) {
+				t.Errorf("%s: link %s: %s has no heading #%s", page, target, path, frag)
+			}
+		}
+	}
+}
+
+// anchors are the fragments GitHub gives a page's headings: lower case, punctuation but - and _ dropped,
+// spaces as -.
+func anchors(page string) []string {
+	var out []string
+	fence := false
+	for _, l := range strings.Split(page, "\n") {
+		if strings.HasPrefix(l, "```") {
+			fence = !fence
+		}
+		if fence || !strings.HasPrefix(l, "#") {
+			continue
+		}
+		h := strings.ToLower(strings.TrimSpace(strings.TrimLeft(l, "#")))
+		var b strings.Builder
+		for _, r := range h {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out
 }

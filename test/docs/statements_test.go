@@ -1,7 +1,8 @@
 package docs
 
 // One-line checks of statements a newcomer found wrong (issue 21 item 3): each test reads what the README, the
-// chart's README, deploy/'s comments or a generator say, and the code or manifest that says otherwise.
+// docs/ pages, the chart's README, deploy/'s comments or a generator say, and the code or manifest that says
+// otherwise. A statement that moved from the README into a docs/ page is checked in that page.
 
 import (
 	"go/ast"
@@ -44,7 +45,8 @@ func section(t *testing.T, page, heading string) string {
 }
 
 // TestE2EEventsSentences: the e2e asserts the DrainStarted and Drained Events of the pods it deletes in hook and
-// agent mode, and neither the README nor the report it writes says they are not asserted.
+// agent mode, and neither docs/e2e.md (the README's e2e section, moved) nor the report it writes says they are not
+// asserted.
 func TestE2EEventsSentences(t *testing.T) {
 	e2e := readRepo(t, "test/e2e/e2e_test.go")
 	if !strings.Contains(e2e, `want DrainStarted and Drained`) {
@@ -52,7 +54,7 @@ func TestE2EEventsSentences(t *testing.T) {
 	}
 	notAsserted := regexp.MustCompile(`(?i)(not|never|without) assert`)
 	for _, f := range []struct{ path, text string }{
-		{"README.md", section(t, readRepo(t, "README.md"), "## On a real kubelet: `make e2e`")},
+		{"docs/e2e.md", readRepo(t, "docs/e2e.md")},
 		{"test/e2e/report_test.go", readRepo(t, "test/e2e/report_test.go")},
 		{"test/e2e/results/REPORT.md", readRepo(t, "test/e2e/results/REPORT.md")},
 	} {
@@ -67,7 +69,8 @@ func TestE2EEventsSentences(t *testing.T) {
 }
 
 // TestQuickStartCost: the Quick start names everything the first `make test` builds (the prerequisites of
-// the Makefile's test target) and gives its cold cost, more than the warm figure the Development table gives.
+// the Makefile's test target) and gives its cold cost, more than the warm figure the Development table
+// (docs/development.md) gives.
 func TestQuickStartCost(t *testing.T) {
 	readme := readRepo(t, "README.md")
 	quick := section(t, readme, "## Quick start")
@@ -84,7 +87,7 @@ func TestQuickStartCost(t *testing.T) {
 		}
 	}
 	cold := regexp.MustCompile("cold `make test` takes about (\\d+) min").FindStringSubmatch(strings.Join(strings.Fields(quick), " "))
-	warm := regexp.MustCompile(`about (\d+) min in all`).FindStringSubmatch(section(t, readme, "## Development"))
+	warm := regexp.MustCompile(`about (\d+) min in all`).FindStringSubmatch(readRepo(t, "docs/development.md"))
 	if cold == nil || warm == nil {
 		t.Fatalf("Quick start's cold figure %q, Development's warm figure %q: want both", cold, warm)
 	}
@@ -128,7 +131,7 @@ func drainReasons(t *testing.T) []string {
 	return reasons
 }
 
-// TestRBACStatements: where the README, the chart's README and the RBAC files list the Events the manager
+// TestRBACStatements: where docs/observability.md, the chart's README and the RBAC files list the Events the manager
 // records, they list every reason internal/events has, and where they say what the rules allow, they say the
 // verbs the rules really grant (deploy/common/envoy-events-rbac.yaml and the chart's templates).
 func TestRBACStatements(t *testing.T) {
@@ -146,10 +149,10 @@ func TestRBACStatements(t *testing.T) {
 			t.Errorf("%s does not list the Events as (%s)", f, list)
 		}
 	}
-	readme := readRepo(t, "README.md")
+	readme := readRepo(t, "docs/observability.md")
 	for _, r := range reasons {
 		if !strings.Contains(readme, "| `"+r+"` |") {
-			t.Errorf("the README's table of Events lacks %s", r)
+			t.Errorf("the table of Events in docs/observability.md lacks %s", r)
 		}
 	}
 	webhook := readRepo(t, "internal/webhook/handler.go")
@@ -184,8 +187,8 @@ func TestRBACStatements(t *testing.T) {
 		{"deploy/common/envoy-events-rbac.yaml", "allowed only to " + said + " Events"},
 		{"charts/shutdown-manager/README.md", "That takes " + said + " on `events.k8s.io` `events`"},
 		{"charts/shutdown-manager/README.md", "allowed to " + said + " events cluster-wide"},
-		{"README.md", "a Role allowing only `" + strings.Join(verbs, "` and `") + "` of `events.k8s.io` Events"},
-		{"README.md", "the chart grants `" + strings.Join(verbs, "` and `") + "` on events"},
+		{"docs/observability.md", "a Role allowing only `" + strings.Join(verbs, "` and `") + "` of `events.k8s.io` Events"},
+		{"docs/webhook.md", "the chart grants `" + strings.Join(verbs, "` and `") + "` on events"},
 	} {
 		if !strings.Contains(flat(readRepo(t, f.path)), f.text) {
 			t.Errorf("%s does not say %q (the rules grant %v)", f.path, f.text, verbs)
@@ -201,11 +204,7 @@ func TestSleepActionVersion(t *testing.T) {
 	if !strings.Contains(readRepo(t, "charts/shutdown-manager/Chart.yaml"), `kubeVersion: ">= `+want+`.0-0"`) {
 		t.Errorf("Chart.yaml's kubeVersion is not >= %s: change the sleep action's version on every page with it", want)
 	}
-	pages := []string{"README.md", "charts/shutdown-manager/README.md", "charts/shutdown-manager/values.yaml"}
-	docs, _ := filepath.Glob("../../docs/*.md")
-	for _, d := range docs {
-		pages = append(pages, strings.TrimPrefix(d, "../../"))
-	}
+	pages := append(userPages(t), "charts/shutdown-manager/README.md", "charts/shutdown-manager/values.yaml")
 	version := regexp.MustCompile(`\b1\.\d\d\b`)
 	found := 0
 	for _, p := range pages {

@@ -38,7 +38,8 @@ import (
 const testImage = "shutdown-manager:webhook-test"
 
 // MissingStatusTemplate lists, one per line, the pods kubectl prints that lack the status annotation: after a
-// webhook outage with failurePolicy Ignore, the opted-in pods created without the manager. The README gives it.
+// webhook outage with failurePolicy Ignore, the opted-in pods created without the manager. docs/webhook.md gives it
+// (test/docs TestPageCommands checks it is this one).
 const missingStatusTemplate = `{{range .items}}{{if not (and .metadata.annotations (index .metadata.annotations "` + inject.AnnotationStatus + `"))}}` +
 	`{{.metadata.namespace}}/{{.metadata.name}}{{"\n"}}{{end}}{{end}}`
 
