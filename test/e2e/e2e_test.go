@@ -378,7 +378,7 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	case "ws-deadline":
 		return runWSDeadline(ctx, t, c, ns, addr, r)
 	case "lb-delete-pod":
-		return runLBDelete(ctx, t, c, ns, addr, s, r)
+		return runLBDelete(ctx, t, c, root, ns, addr, s, r)
 	case "kill-sidecar":
 		return runKillSidecar(ctx, t, c, ns, addr, r)
 	}

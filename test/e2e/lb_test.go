@@ -20,18 +20,15 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
-// The external load balancer of the lb-* scenarios: HAProxy from Debian on the host, its backends the Envoy pods'
-// IPs read once at its start (it does not watch Kubernetes, as a cloud load balancer with static targets, NLB in
-// IP mode, does not), checked by HTTP on each pod's readiness listener with HAProxy's default check (HTTP/1.0,
-// no Host). The timing: a check every lbCheckInterval, lbCheckFall failures to mark a pod down. The readiness
-// listener answers 503 from the drain's start, so the pod is marked down between (fall-1)×inter and fall×inter
-// after it, 6–9 s here, at a check phase no one chooses: always after the 5 s floor of today's fixed wait (so the
-// control loses requests in every run, never by luck of the phase) and always within the quiet period's reach.
-// With 2 failures (3–6 s) the control would lose requests only at some phases.
-const (
-	lbCheckInterval = 3 * time.Second
-	lbCheckFall     = 3
-)
+// The external load balancer of the lb-* scenarios: HAProxy from Debian on the host, configured by
+// docs/examples/haproxy.cfg (the file docs/load-balancers.md shows), its backends the Envoy pods' IPs read once at
+// its start (it does not watch Kubernetes, as a cloud load balancer with static targets, NLB in IP mode, does not),
+// checked by HTTP on each pod's readiness listener with HAProxy's default check (HTTP/1.0, no Host). The timing
+// (the file's `inter 3s fall 3`): the readiness listener answers 503 from the drain's start, so the pod is marked
+// down between 2 and 3 intervals after it, 6–9 s, at a check phase no one chooses: always after the 5 s floor of
+// today's fixed wait (so the control loses requests in every run, not by luck of the phase) and within the quiet
+// period's reach. With 2 failures (3–6 s) the control would lose requests at some phases only.
+const haproxyExample = "docs/examples/haproxy.cfg"
 
 // lbClients and lbInterval: the load through a load balancer, each request a new connection (what an LB passing
 // TCP through brings a backend): 4 clients, one request each 20 ms, about 150 a second, a third to each pod.
@@ -40,29 +37,30 @@ const (
 	lbInterval = 20 * time.Millisecond
 )
 
-// haproxyConfig returns HAProxy's configuration for the pods ips (by name) on :8080, checked on :8081 /ready.
-// mode "tcp": TCP passed through, no retry and no redispatch (a connect failure reaches the client, as with
-// NLB); "http-retry": an L7 proxy that retries a failed connect on another pod (retry-on conn-failure,
-// redispatch), which hides connect failures from clients.
-func haproxyConfig(mode, bind string, pods, ips []string) string {
-	var b strings.Builder
-	b.WriteString("global\n  maxconn 4096\n\ndefaults\n")
-	switch mode {
-	case "tcp":
-		b.WriteString("  mode tcp\n  retries 0\n  no option redispatch\n")
-	case "http-retry":
-		b.WriteString("  mode http\n  retries 3\n  retry-on conn-failure\n  option redispatch 1\n")
+// haproxyConfig returns docs/examples/haproxy.cfg bound to bind, its servers the pods ips (by name) on :8080.
+// mode "tcp": the file as it is, TCP passed through, no retry and no redispatch (a connect failure reaches the
+// client, as with NLB); "http-retry": an L7 proxy that retries a failed connect on another pod (HTTP mode,
+// retry-on conn-failure, redispatch), which hides connect failures from clients.
+func haproxyConfig(root, mode, bind string, pods, ips []string) (string, error) {
+	edits := []replacement{{"\n  bind :80\n", "\n  bind " + bind + "\n"}}
+	if mode == "http-retry" {
+		edits = append(edits, replacement{"  mode tcp\n  retries 0\n  no option redispatch\n",
+			"  mode http\n  retries 3\n  retry-on conn-failure\n  option redispatch 1\n"})
 	}
-	b.WriteString("  timeout connect 2s\n  timeout client 30s\n  timeout server 30s\n  timeout check 2s\n\n")
-	fmt.Fprintf(&b, "frontend fe\n  bind %s\n  default_backend envoy\n\n", bind)
-	b.WriteString("backend envoy\n  balance roundrobin\n")
-	// HAProxy's default check request: "GET /ready HTTP/1.0" and no header (no Host).
-	b.WriteString("  option httpchk GET /ready\n")
-	fmt.Fprintf(&b, "  default-server check port 8081 inter %dms fall %d rise 2\n", lbCheckInterval.Milliseconds(), lbCheckFall)
+	text, err := readEdited(root, haproxyExample, edits)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(text, "\n") {
+		if !strings.HasPrefix(l, "  server ") {
+			b.WriteString(l)
+		}
+	}
 	for i, p := range pods {
 		fmt.Fprintf(&b, "  server %s %s:8080\n", p, ips[i])
 	}
-	return b.String()
+	return b.String(), nil
 }
 
 // haproxy is a running HAProxy; its server state changes (stderr, in the foreground) are kept with the time they
@@ -81,15 +79,19 @@ type stampedLine struct {
 	text string
 }
 
-func startHAProxy(ctx context.Context, t *testing.T, c *Cluster, mode string, pods, ips []string) *haproxy {
+func startHAProxy(ctx context.Context, t *testing.T, c *Cluster, root, mode string, pods, ips []string) *haproxy {
 	t.Helper()
 	port, err := freePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &haproxy{Addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
+	text, err := haproxyConfig(root, mode, h.Addr, pods, ips)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := filepath.Join(c.Dir, "haproxy-"+mode+".cfg")
-	if err := os.WriteFile(cfg, []byte(haproxyConfig(mode, h.Addr, pods, ips)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.CommandContext(ctx, "haproxy", "-c", "-f", cfg).CombinedOutput(); err != nil {
@@ -164,7 +166,7 @@ func podIPs(ctx context.Context, t *testing.T, c *Cluster, ns string, pods []str
 
 // runLBDelete deletes the oldest of the three Envoy pods while a new connection per request runs through addr: the
 // Service's ClusterIP (kube-proxy), or with s.lb HAProxy on the host in front of the pod IPs.
-func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, ns, addr string, s scenario, r row) row {
+func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr string, s scenario, r row) row {
 	pods := envoyPods(ctx, t, c, ns)
 	if len(pods) != 3 {
 		t.Fatalf("want three Envoy pods, have %v", pods)
@@ -172,7 +174,7 @@ func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, ns, addr string,
 	victim := pods[0]
 	var lb *haproxy
 	if s.lb != "" {
-		lb = startHAProxy(ctx, t, c, s.lb, pods, podIPs(ctx, t, c, ns, pods))
+		lb = startHAProxy(ctx, t, c, root, s.lb, pods, podIPs(ctx, t, c, ns, pods))
 		addr = lb.Addr
 		if err := waitOK(ctx, addr); err != nil {
 			t.Fatalf("through HAProxy: %v\n%s", err, lb.log())
