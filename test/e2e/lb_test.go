@@ -237,8 +237,8 @@ func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr s
 	switch {
 	case ctx.Err() != nil:
 		t.Fatal("interrupted")
-	case !slices.Contains(reasons, "DrainStarted"):
-		t.Errorf("events of pod %s: %v; want DrainStarted", victim, reasons)
+	case !slices.Contains(reasons, "DrainStarted") || !slices.Contains(reasons, "Drained"):
+		t.Errorf("events of pod %s: %v; want DrainStarted and Drained", victim, reasons)
 	case s.reportOnly:
 		r.pass = true
 	case s.control && r.failed == 0:
