@@ -43,7 +43,9 @@ type scenario struct {
 	inject []string // shutdown-manager inject's flags; nil: no injection (the negative control)
 	// action ends pods: "delete-pod" (the oldest), "rollout" (kubectl rollout restart: all three),
 	// "kill-sidecar" (the manager's container of one pod killed; nothing must drain), "tcp-deadline" (one replica
-	// holding a TCP connection that never closes is deleted: it must end at the drain deadline).
+	// holding a TCP connection that never closes is deleted: it must end at the drain deadline), "ws-deadline" (the
+	// same with a WebSocket: the DrainTimedOut Event must name it), "lb-delete-pod" (the oldest deleted under a new
+	// connection per request, through s.lb or kube-proxy: lb_test.go).
 	action string
 	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
 	control bool
