@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
-# Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2), builds
+# Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2, haproxy), builds
 # the Kubernetes binaries, containerd 2 and Contour's `contour` into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
 # warm), Helm (scripts/helm-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
 # starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
@@ -21,6 +21,7 @@ command -v iptables >/dev/null || need+=(iptables)
 command -v nft >/dev/null || need+=(nftables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v ip >/dev/null || need+=(iproute2)
+command -v haproxy >/dev/null || need+=(haproxy) # the external load balancer of the lb-* scenarios
 if [ ${#need[@]} -gt 0 ]; then
   echo "e2e: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive

@@ -226,6 +226,27 @@ func KeepAlive(ctx context.Context, addr string, conns int, interval time.Durati
 	})
 }
 
+// ConnPerRequest runs clients HTTP/1.1 clients against addr, each sending GET path on a new connection
+// (closed after the answer: no keep-alive) repeatedly, interval apart (0: back to back), until ctx is done,
+// Stop or Drain: the traffic a load balancer passing TCP through (NLB, HAProxy in TCP mode) brings, each
+// request a new connection to a backend. A new connection is never retried by Go's Transport, and KeepAlive's
+// noRetryBody is set as well, so every failed connect or request is counted.
+func ConnPerRequest(ctx context.Context, addr string, clients int, interval time.Duration, path string) *Load {
+	u := "http://" + addr + path
+	timeout := RequestTimeout + sleepOf(path)
+	return startLoad(ctx, clients, func(ctx context.Context, l *Load) {
+		t := newHTTP1Transport(1)
+		t.DisableKeepAlives = true
+		defer t.CloseIdleConnections()
+		for l.sending(ctx) {
+			ok := l.request(ctx, t, u, timeout, true)
+			if !pause(ctx, interval, !ok) {
+				return
+			}
+		}
+	})
+}
+
 // HTTP2 opens one h2c (HTTP/2 with prior knowledge) client to addr and runs
 // streams goroutines, each sending GET path (like "/" or "/sleep?d=1s")
 // back to back on it until ctx is done or Stop. A new connection is opened

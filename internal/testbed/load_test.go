@@ -67,11 +67,16 @@ func TestGeneratorsDirect(t *testing.T) {
 		"http2":     HTTP2(ctx, up.HTTPAddr, 2, "/sleep?d=1ms"),
 		"long":      Long(ctx, up.HTTPAddr, 2, 50*time.Millisecond),
 		"tcp":       TCPHold(ctx, up.TCPAddr, 150*time.Millisecond),
+		"conn":      ConnPerRequest(ctx, up.HTTPAddr, 2, 0, "/"),
 	}
 	for name, l := range loads {
 		r := l.Wait()
 		if r.Failed != 0 || r.OK == 0 || r.Sent != r.OK+r.Failed+r.Canceled {
 			t.Errorf("%s: %v", name, r)
+		}
+		// ConnPerRequest: every request on a connection of its own.
+		if name == "conn" && r.Conns < r.OK {
+			t.Errorf("conn: %d connections for %d requests answered, want one each: %v", r.Conns, r.OK, r)
 		}
 	}
 	// A generator whose context is cancelled counts its requests in flight as

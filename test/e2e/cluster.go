@@ -39,7 +39,7 @@ const (
 )
 
 // The node binaries besides the Kubernetes ones (Debian packages; .ci/run installs them).
-var hostTools = []string{"runc", "iptables", "ip6tables", "nft", "conntrack", "ip", "ldd"}
+var hostTools = []string{"runc", "iptables", "ip6tables", "nft", "conntrack", "ip", "ldd", "haproxy"}
 
 // cniBinDir is where Debian's containernetworking-plugins puts the plugins.
 const cniBinDir = "/usr/lib/cni"
@@ -91,7 +91,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	}
 	for _, t := range hostTools {
 		if _, err := exec.LookPath(t); err != nil {
-			unavailable(tb, "no %s on PATH (install runc iptables nftables conntrack iproute2: .ci/run does)", t)
+			unavailable(tb, "no %s on PATH (install runc iptables nftables conntrack iproute2 haproxy: .ci/run does)", t)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {

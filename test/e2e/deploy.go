@@ -35,6 +35,8 @@ var (
 	}
 	configEdits = []replacement{
 		{"type: STRICT_DNS", "type: STATIC"},
+		// WebSockets through the ingress listener, for the WebSocket held past the drain deadline.
+		{"              stat_prefix: ingress\n", "              stat_prefix: ingress\n              upgrade_configs: [{upgrade_type: websocket}]\n"},
 		{"socket_address: {address: echo, port_value: 8080}", "socket_address: {address: " + UpstreamIP + ", port_value: 8080}"},
 		// A TCP proxy listener on 9000 to the upstream's echo port: a connection through it is never drained by Envoy.
 		{"      clusters:\n", `      - name: tcp

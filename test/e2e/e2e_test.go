@@ -43,7 +43,9 @@ type scenario struct {
 	inject []string // shutdown-manager inject's flags; nil: no injection (the negative control)
 	// action ends pods: "delete-pod" (the oldest), "rollout" (kubectl rollout restart: all three),
 	// "kill-sidecar" (the manager's container of one pod killed; nothing must drain), "tcp-deadline" (one replica
-	// holding a TCP connection that never closes is deleted: it must end at the drain deadline).
+	// holding a TCP connection that never closes is deleted: it must end at the drain deadline), "ws-deadline" (the
+	// same with a WebSocket: the DrainTimedOut Event must name it), "lb-delete-pod" (the oldest deleted under a new
+	// connection per request, through s.lb or kube-proxy: lb_test.go).
 	action string
 	// control: the run must see failures (the test must be able to fail); otherwise it must see none.
 	control bool
@@ -51,6 +53,11 @@ type scenario struct {
 	peer string
 	// nativeSidecar: Envoy runs as a native sidecar beside a main container (nativesidecar_test.go).
 	nativeSidecar bool
+	// lb: the "lb-delete-pod" action's load balancer (lb_test.go): "tcp" HAProxy passing TCP through, no retries;
+	// "http-retry" HAProxy in HTTP mode retrying failed connects on another pod; "" kube-proxy (the ClusterIP).
+	lb string
+	// reportOnly: the figures are reported, with no pass or fail of their own (a variant shown for comparison).
+	reportOnly bool
 }
 
 // tcpDrainTimeout is the drain timeout of the tcp-deadline scenario: well under the grace period (45 s in
@@ -77,6 +84,15 @@ var scenarios = []scenario{
 	{name: "webhook-down", inject: nil, action: "webhook-down"},
 	{name: "hook-tcp-deadline", inject: []string{"--mode=hook", "--drain-timeout=" + tcpDrainTimeout.String()}, action: "tcp-deadline"},
 	{name: "hook-native-sidecar-delete-pod", inject: []string{"--mode=hook"}, action: "delete-pod", nativeSidecar: true},
+	// A WebSocket held past the drain deadline (lb_test.go).
+	{name: "hook-websocket-deadline", inject: []string{"--mode=hook", "--drain-timeout=" + wsDrainTimeout.String()}, action: "ws-deadline"},
+	// An external load balancer in front of the pod IPs (HAProxy, lb_test.go), and kube-proxy, with a new connection
+	// per request. The control: today's fixed 5 s floor alone behind HAProxy must lose requests.
+	{name: "lb-haproxy-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod", lb: "tcp", control: true},
+	{name: "lb-haproxy-quiet-period", inject: []string{"--mode=hook"}, action: "lb-delete-pod", lb: "tcp"},
+	{name: "lb-haproxy-http-retry-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod", lb: "http-retry", reportOnly: true},
+	{name: "kubeproxy-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod"},
+	{name: "kubeproxy-quiet-period-low-floor", inject: []string{"--mode=hook", "--min-drain-duration=1s"}, action: "lb-delete-pod"},
 }
 
 // row is one scenario's line of the report.
@@ -145,6 +161,7 @@ func TestE2E(t *testing.T) {
 			break
 		}
 	}
+	checkGoneSooner(t, rows, "kubeproxy-quiet-period-low-floor", "kubeproxy-fixed-floor")
 	if ctx.Err() == nil {
 		rows = append(rows, runContour(ctx, t, c, root, manager)...)
 	}
@@ -343,7 +360,7 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		defer cancel()
 		_, _ = c.kubectl(cctx, "delete", "namespace", ns, "--wait=false")
 	})
-	if s.action == "tcp-deadline" {
+	if s.action == "tcp-deadline" || s.action == "ws-deadline" {
 		// One replica: the one TCP connection certainly goes to the pod that is deleted.
 		text = strings.Replace(text, "replicas: 3", "replicas: 1", 1)
 	}
@@ -360,6 +377,10 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	switch s.action {
 	case "tcp-deadline":
 		return runTCPDeadline(ctx, t, c, ns, ip, r)
+	case "ws-deadline":
+		return runWSDeadline(ctx, t, c, ns, addr, r)
+	case "lb-delete-pod":
+		return runLBDelete(ctx, t, c, root, ns, addr, s, r)
 	case "kill-sidecar":
 		return runKillSidecar(ctx, t, c, ns, addr, r)
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,11 +47,19 @@ func writeReport(path string, c *Cluster, rows []row) error {
 			continue
 		}
 		inj := strings.Join(r.scenario.inject, " ")
-		if r.scenario.inject == nil {
+		switch {
+		case r.scenario.inject == nil:
 			inj = "none (negative control: must fail)"
+		case r.scenario.control:
+			inj += " (control: must lose requests)"
+		case r.scenario.reportOnly:
+			inj += " (reported only)"
 		}
 		result := "FAIL"
-		if r.pass {
+		switch {
+		case r.pass && r.scenario.reportOnly:
+			result = "reported"
+		case r.pass:
 			result = "pass"
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %d | %d | %s | %s | %s | %s | %d/%d/%d/%d | %s | %s |\n",
@@ -61,6 +70,14 @@ func writeReport(path string, c *Cluster, rows []row) error {
 	b.WriteString("or agent mode lists the deleted pod's Events, and the scenario fails unless they include DrainStarted and Drained\n")
 	b.WriteString("(a sidecar added by the webhook gets no ServiceAccount token: its Events are only logged). \"Old pods gone after\" is\n")
 	b.WriteString("from the delete (or the rollout's restart) until `kubectl wait --for=delete` returned for every old pod.\n")
+	if slices.ContainsFunc(rows, func(r row) bool { return r.scenario.action == "lb-delete-pod" }) {
+		b.WriteString("\nThe `lb-delete-pod` rows (test/e2e/lb_test.go, docs/load-balancers.md) have their own load: 4 clients, a request every\n")
+		b.WriteString("20 ms each, every request on a new connection, from the host. `lb-haproxy-*`: through HAProxy on loopback in front\n")
+		b.WriteString("of the three pod IPs (docs/examples/haproxy.cfg: TCP, no retries, its default HTTP/1.0 check on /ready every 3 s,\n")
+		b.WriteString("3 failures to mark a pod down; the `http-retry` row is HTTP mode retrying failed connects on another pod, reported\n")
+		b.WriteString("only); the load runs until HAProxy has marked the deleted pod down. `kubeproxy-*`: through the Service's ClusterIP.\n")
+		b.WriteString("The fixed-floor row behind HAProxy is the control: the run fails if it loses no request.\n")
+	}
 	if len(peerRows) > 0 {
 		writeContourSection(&b, peerRows)
 	}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -24,7 +25,8 @@ import (
 // TestDeployBootstrap runs the bootstrap of deploy/common/envoy-config.yaml on every real Envoy, with its
 // addresses moved to loopback and free ports: it validates, routes to the upstream, and its readiness
 // listener answers /ready 200, then 503 once health checks fail (what the drain does first), then 200
-// again after /healthcheck/ok.
+// again after /healthcheck/ok. Each answer holds for an HTTP/1.0 request without Host too: load balancers' default
+// checks (HAProxy's `option httpchk`) send those, which Envoy answers 426 unless the HTTP manager accepts HTTP/1.0.
 func TestDeployBootstrap(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "common", "envoy-config.yaml"))
 	if err != nil {
@@ -90,6 +92,9 @@ func TestDeployBootstrap(t *testing.T) {
 		if _, err := poll(ctx, func() (int, error) { return expectStatus(ctx, http.MethodGet, ready, 200) }); err != nil {
 			fail("readiness before the drain: %v", err)
 		}
+		if err := expectHTTP10(ctx, ports["readiness"], "/ready", 200); err != nil {
+			fail("readiness before the drain, HTTP/1.0 without Host: %v", err)
+		}
 		if _, err := poll(ctx, func() (int, error) { return expectStatus(ctx, http.MethodGet, "http://"+ports["ingress"]+"/", 200) }); err != nil {
 			fail("a request through the ingress listener: %v", err)
 		}
@@ -99,6 +104,9 @@ func TestDeployBootstrap(t *testing.T) {
 		if _, err := expectStatus(ctx, http.MethodGet, ready, 503); err != nil {
 			fail("readiness once health checks fail: %v", err)
 		}
+		if err := expectHTTP10(ctx, ports["readiness"], "/ready", 503); err != nil {
+			fail("readiness once health checks fail, HTTP/1.0 without Host: %v", err)
+		}
 		if _, err := expectStatus(ctx, http.MethodGet, "http://"+ports["ingress"]+"/", 200); err != nil {
 			fail("the ingress listener still serves while draining: %v", err)
 		}
@@ -107,6 +115,9 @@ func TestDeployBootstrap(t *testing.T) {
 		}
 		if _, err := expectStatus(ctx, http.MethodGet, ready, 200); err != nil {
 			fail("readiness after /healthcheck/ok: %v", err)
+		}
+		if err := expectHTTP10(ctx, ports["readiness"], "/ready", 200); err != nil {
+			fail("readiness after /healthcheck/ok, HTTP/1.0 without Host: %v", err)
 		}
 	})
 }
@@ -145,6 +156,31 @@ func expectStatus(ctx context.Context, method, url string, want int) (int, error
 		return resp.StatusCode, fmt.Errorf("%s %s: %d %q, want %d", method, url, resp.StatusCode, body, want)
 	}
 	return resp.StatusCode, nil
+}
+
+// expectHTTP10 sends "GET path HTTP/1.0" with no header at all on a new connection to addr, as HAProxy's default
+// `option httpchk GET path` does, and checks the status of the answer.
+func expectHTTP10(ctx context.Context, addr, path string, want int) error {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.0\r\n\r\n", path); err != nil {
+		return err
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != want {
+		return fmt.Errorf("GET %s HTTP/1.0 without Host: %d %q, want %d", path, resp.StatusCode, body, want)
+	}
+	return nil
 }
 
 // listenerAddrs reads the bound address of every listener from the admin API.

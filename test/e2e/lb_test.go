@@ -1,0 +1,358 @@
+//go:build e2e && linux
+
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// The external load balancer of the lb-* scenarios: HAProxy from Debian on the host, configured by
+// docs/examples/haproxy.cfg (the file docs/load-balancers.md shows), its backends the Envoy pods' IPs read once at
+// its start (it does not watch Kubernetes, as a cloud load balancer with static targets, NLB in IP mode, does not),
+// checked by HTTP on each pod's readiness listener with HAProxy's default check (HTTP/1.0, no Host). The timing
+// (the file's `inter 3s fall 3`): the readiness listener answers 503 from the drain's start, so the pod is marked
+// down between 2 and 3 intervals after it, 6–9 s, at a check phase no one chooses: always after the 5 s floor of
+// today's fixed wait (so the control loses requests in every run, not by luck of the phase) and within the quiet
+// period's reach. With 2 failures (3–6 s) the control would lose requests at some phases only.
+const haproxyExample = "docs/examples/haproxy.cfg"
+
+// lbClients and lbInterval: the load through a load balancer, each request a new connection (what an LB passing
+// TCP through brings a backend): 4 clients, one request each 20 ms, about 150 a second, a third to each pod.
+const (
+	lbClients  = 4
+	lbInterval = 20 * time.Millisecond
+)
+
+// lbMarkDownWait bounds the wait, once the pod is gone, for HAProxy to mark it down: 3 checks 3 s apart, each
+// bounded by the file's 2 s check timeout, and then some.
+const lbMarkDownWait = 20 * time.Second
+
+// haproxyConfig returns docs/examples/haproxy.cfg bound to bind, its servers the pods ips (by name) on :8080.
+// mode "tcp": the file as it is, TCP passed through, no retry and no redispatch (a connect failure reaches the
+// client, as with NLB); "http-retry": an L7 proxy that retries a failed connect on another pod (HTTP mode,
+// retry-on conn-failure, redispatch), which hides connect failures from clients.
+func haproxyConfig(root, mode, bind string, pods, ips []string) (string, error) {
+	edits := []replacement{{"\n  bind :80\n", "\n  bind " + bind + "\n"}}
+	if mode == "http-retry" {
+		edits = append(edits, replacement{"  mode tcp\n  retries 0\n  no option redispatch\n",
+			"  mode http\n  retries 3\n  retry-on conn-failure\n  option redispatch 1\n"})
+	}
+	text, err := readEdited(root, haproxyExample, edits)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(text, "\n") {
+		if !strings.HasPrefix(l, "  server ") {
+			b.WriteString(l)
+		}
+	}
+	for i, p := range pods {
+		fmt.Fprintf(&b, "  server %s %s:8080\n", p, ips[i])
+	}
+	return b.String(), nil
+}
+
+// haproxy is a running HAProxy; its server state changes (stderr, in the foreground) are kept with the time they
+// were read.
+type haproxy struct {
+	Addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+
+	mu    sync.Mutex
+	lines []stampedLine
+}
+
+type stampedLine struct {
+	at   time.Time
+	text string
+}
+
+func startHAProxy(ctx context.Context, t *testing.T, c *Cluster, root, mode string, pods, ips []string) *haproxy {
+	t.Helper()
+	port, err := freePort("127.0.0.1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &haproxy{Addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
+	text, err := haproxyConfig(root, mode, h.Addr, pods, ips)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(c.Dir, "haproxy-"+mode+".cfg")
+	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(ctx, "haproxy", "-c", "-f", cfg).CombinedOutput(); err != nil {
+		t.Fatalf("haproxy -c: %v\n%s", err, out)
+	}
+	h.cmd = exec.Command("haproxy", "-db", "-f", cfg) // the teardown ends it, by its PID
+	stderr, err := h.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatalf("starting haproxy: %v", err)
+	}
+	go func() {
+		defer close(h.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			h.mu.Lock()
+			h.lines = append(h.lines, stampedLine{time.Now(), sc.Text()})
+			h.mu.Unlock()
+		}
+		_ = h.cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = h.cmd.Process.Kill()
+		<-h.done
+		t.Logf("haproxy's log:\n%s", h.log())
+	})
+	return h
+}
+
+func (h *haproxy) log() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var b strings.Builder
+	for _, l := range h.lines {
+		fmt.Fprintf(&b, "%s %s\n", l.at.UTC().Format("15:04:05.000"), l.text)
+	}
+	return b.String()
+}
+
+// down returns when HAProxy reported server down after since, and its reason; ok false if it did not.
+func (h *haproxy) down(server string, since time.Time) (at time.Duration, reason string, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, l := range h.lines {
+		if l.at.Before(since) || !strings.Contains(l.text, "Server envoy/"+server+" is DOWN") {
+			continue
+		}
+		reason = l.text
+		if _, r, found := strings.Cut(l.text, "reason: "); found {
+			reason, _, _ = strings.Cut(r, ", check duration")
+		}
+		return l.at.Sub(since), reason, true
+	}
+	return 0, "", false
+}
+
+// podIPs returns the IP of each pod.
+func podIPs(ctx context.Context, t *testing.T, c *Cluster, ns string, pods []string) []string {
+	t.Helper()
+	var ips []string
+	for _, p := range pods {
+		ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", p, "-o", "jsonpath={.status.podIP}"))
+		if ip == "" {
+			t.Fatalf("pod %s has no IP", p)
+		}
+		ips = append(ips, ip)
+	}
+	return ips
+}
+
+// runLBDelete deletes the oldest of the three Envoy pods while a new connection per request runs through addr: the
+// Service's ClusterIP (kube-proxy), or with s.lb HAProxy on the host in front of the pod IPs.
+func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr string, s scenario, r row) row {
+	pods := envoyPods(ctx, t, c, ns)
+	if len(pods) != 3 {
+		t.Fatalf("want three Envoy pods, have %v", pods)
+	}
+	victim := pods[0]
+	var lb *haproxy
+	if s.lb != "" {
+		lb = startHAProxy(ctx, t, c, root, s.lb, pods, podIPs(ctx, t, c, ns, pods))
+		addr = lb.Addr
+		if err := waitOK(ctx, addr); err != nil {
+			t.Fatalf("through HAProxy: %v\n%s", err, lb.log())
+		}
+	}
+	l := testbed.ConnPerRequest(ctx, addr, lbClients, lbInterval, "/")
+	logs := followLogs(ctx, c, ns, victim, managerContainer(s))
+	if !wait(ctx, loadWarmUp) {
+		t.Fatal("interrupted")
+	}
+	if res := l.Snapshot(); res.OK == 0 || res.Failed > 0 {
+		t.Fatalf("the load before the delete: %s", res)
+	}
+	began := time.Now()
+	mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", victim, "--wait=false")
+	waitGone(ctx, t, c, ns, victim)
+	r.gone = time.Since(began)
+	if lb != nil {
+		// The load runs on until HAProxy has marked the pod down (when Envoy exited first, its checks time out:
+		// later than the 503s would have): every connection it sent the pod is counted.
+		_ = poll(ctx, lbMarkDownWait, func() error {
+			if _, _, ok := lb.down(victim, began); !ok {
+				return fmt.Errorf("HAProxy has not marked %s down", victim)
+			}
+			return nil
+		})
+	}
+	if !wait(ctx, 2*time.Second) {
+		t.Fatal("interrupted")
+	}
+	l.Drain()
+	res := l.Wait()
+	r.sent, r.failed, r.errors, r.connectionShut = res.Sent, res.Failed, res.Errors, res.ConnectionClose
+	r.p99 = percentile(l.Latencies(), 0.99)
+	select {
+	case <-logs.done:
+	case <-time.After(10 * time.Second):
+	}
+	r.drain = logs.drainResults()
+	if len(r.drain) == 0 {
+		r.drain = []string{"no drain logged"}
+	}
+	reasons := podEventReasons(ctx, t, c, ns, victim)
+	var notes []string
+	if lb != nil {
+		if at, why, ok := lb.down(victim, began); ok {
+			notes = append(notes, fmt.Sprintf("HAProxy marked the pod down %s after the delete (%s)", at.Round(100*time.Millisecond), why))
+		} else {
+			notes = append(notes, "HAProxy never marked the pod down")
+		}
+	}
+	notes = append(notes, "drain: "+strings.Join(logs.drainReasons(), "; "))
+	r.note = strings.Join(notes, "; ")
+	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s pod gone in %s; drains: %v; %s; Events: %v", s.name, r.sent, r.failed,
+		r.errors, r.p99, r.gone.Round(time.Millisecond), r.drain, r.note, reasons)
+	switch {
+	case ctx.Err() != nil:
+		t.Fatal("interrupted")
+	case !slices.Contains(reasons, "DrainStarted") || !slices.Contains(reasons, "Drained"):
+		t.Errorf("events of pod %s: %v; want DrainStarted and Drained", victim, reasons)
+	case s.reportOnly:
+		r.pass = true
+	case s.control && r.failed == 0:
+		t.Errorf("the control (the fixed floor alone behind a load balancer) lost no request: this test cannot tell the quiet period from none")
+	case !s.control && r.failed > 0:
+		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// drainReasons returns, from the manager's JSON log, why the floor and the quiet period ended ("drain phase
+// ended") and the reason of the "drain finished" line.
+func (f *logFollower) drainReasons() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var res []string
+	for _, line := range strings.Split(f.text.String(), "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) != nil {
+			continue
+		}
+		switch m["msg"] {
+		case "drain phase ended":
+			if p := fmt.Sprint(m["phase"]); p == "min_duration" || p == "quiet" {
+				res = append(res, fmt.Sprintf("%s ended at %v: %v", p, m["elapsed"], m["reason"]))
+			}
+		case "drain finished":
+			res = append(res, fmt.Sprint(m["reason"]))
+		}
+	}
+	return res
+}
+
+// wsDrainTimeout is the drain timeout of the WebSocket scenario: well under the grace period (45 s in deploy/).
+const wsDrainTimeout = 15 * time.Second
+
+// runWSDeadline holds a WebSocket through the Service to the one Envoy pod and deletes the pod: the WebSocket is
+// work in flight, so the drain holds it to the deadline, the pod goes then (not at the grace period), and the
+// DrainTimedOut Event says what was open.
+func runWSDeadline(ctx context.Context, t *testing.T, c *Cluster, ns, addr string, r row) row {
+	pods := envoyPods(ctx, t, c, ns)
+	if len(pods) != 1 {
+		t.Fatalf("want one Envoy pod, have %v", pods)
+	}
+	octx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ws, err := testbed.OpenWebSockets(octx, addr, 1)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	logs := followLogs(ctx, c, ns, pods[0], "envoy")
+	grace := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pod", pods[0], "-o", "jsonpath={.spec.terminationGracePeriodSeconds}"))
+	graceSeconds, _ := strconv.Atoi(grace)
+	began := time.Now()
+	mustKubectl(ctx, t, c, "-n", ns, "delete", "pod", pods[0], "--wait=false")
+	// Well into the drain, before its deadline: the WebSocket still echoes (the drain keeps it).
+	if !wait(ctx, wsDrainTimeout-5*time.Second) {
+		t.Fatal("interrupted")
+	}
+	during := ws.Open(2 * time.Second)
+	waitGone(ctx, t, c, ns, pods[0])
+	r.gone = time.Since(began)
+	after := ws.Open(2 * time.Second)
+	select {
+	case <-logs.done:
+	case <-time.After(10 * time.Second):
+	}
+	r.drain = logs.drainResults()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "events", "--field-selector", "involvedObject.name="+pods[0]+",reason=DrainTimedOut",
+		"-o", `jsonpath={range .items[*]}{.message}{"\n"}{end}`)
+	event := strings.TrimSpace(out)
+	const want = "1 WebSocket/upgraded connection still open"
+	r.sent = 1 // the one WebSocket, ended by Envoy's exit at the deadline (what the scenario wants), not a failure
+	r.note = fmt.Sprintf("grace period %s s; WebSocket open %s into the drain: %v, after the pod went: %v; DrainTimedOut Event: %q",
+		grace, wsDrainTimeout-5*time.Second, during == 1, after == 1, event)
+	t.Logf("%s: pod gone in %s (drain timeout %s); drains: %v; %s", r.scenario.name, r.gone.Round(time.Millisecond),
+		wsDrainTimeout, r.drain, r.note)
+	switch {
+	case len(r.drain) != 1 || !strings.HasPrefix(r.drain[0], "timeout"):
+		t.Errorf("want one drain that ended at its deadline (outcome timeout), the manager logged %v", r.drain)
+	case during != 1:
+		t.Errorf("the WebSocket no longer echoed %s into the drain, before its deadline", wsDrainTimeout-5*time.Second)
+	case !strings.Contains(event, want):
+		t.Errorf("the DrainTimedOut Event says %q, want it to name %q", event, want)
+	case r.gone >= time.Duration(graceSeconds)*time.Second:
+		t.Errorf("the pod took %s to go, not less than its grace period (%d s): it was killed, not ended at the drain deadline", r.gone, graceSeconds)
+	case r.gone < wsDrainTimeout:
+		t.Errorf("the pod went after %s, before the drain deadline (%s), with a WebSocket open", r.gone, wsDrainTimeout)
+	default:
+		r.pass = true
+	}
+	return r
+}
+
+// checkGoneSooner fails t unless the scenario quick went sooner than slow, when both ran and passed: the quiet
+// period with a low floor against today's fixed 5 s through kube-proxy.
+func checkGoneSooner(t *testing.T, rows []row, quick, slow string) {
+	var q, s *row
+	for i := range rows {
+		switch rows[i].scenario.name {
+		case quick:
+			q = &rows[i]
+		case slow:
+			s = &rows[i]
+		}
+	}
+	if q == nil || s == nil || !q.pass || !s.pass {
+		return
+	}
+	t.Logf("delete → pod gone through kube-proxy: %s %s, %s %s", quick, q.gone.Round(time.Millisecond), slow, s.gone.Round(time.Millisecond))
+	if q.gone >= s.gone {
+		t.Errorf("%s's pod went after %s, not sooner than %s's (%s)", quick, q.gone, slow, s.gone)
+	}
+}
