@@ -42,7 +42,7 @@ func TestDeployBootstrap(t *testing.T) {
 			t.Fatalf("the bootstrap no longer has %q: update this test", want)
 		}
 	}
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		up := testbed.StartUpstreamTB(t)
 		upHost, upPort, _ := net.SplitHostPort(up.HTTPAddr)
 		local := strings.NewReplacer(

@@ -57,7 +57,7 @@ func TestQuietPeriodDefaults(t *testing.T) {
 		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, want: 10500 * time.Millisecond},
 		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute, want: 5 * time.Second},
 	}
-	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
