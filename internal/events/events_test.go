@@ -226,6 +226,10 @@ func TestInFlight(t *testing.T) {
 		{"fallback: scopes", drain.Status{CountBasis: "fallback: config_dump: status 500", Listeners: []drain.ScopeCount{
 			{Name: "http.ingress", Connections: 2, Requests: 1}, {Name: "listener.0.0.0.0_80", Connections: 2}, {Name: "listener.zero"},
 		}}, "http.ingress: 2 connections, 1 request; listener.0.0.0.0_80: 2 connections"},
+		{"upgraded connections by kind, apart from requests", drain.Status{CountBasis: drain.BasisListenerConfig, Groups: []drain.Group{
+			{Listeners: []string{"listener.0.0.0.0_8080"}, Managers: []string{"http.ingress"}, Requests: 3, Upgraded: 2, Counted: true},
+			{Listeners: []string{"listener.ws"}, Managers: []string{"http.ws"}, Requests: 1, Upgraded: 1, Counted: true},
+		}}, "listener.0.0.0.0_8080 + http.ingress: 2 WebSocket/upgraded connections, 1 request; listener.ws + http.ws: 1 WebSocket/upgraded connection"},
 		{"nothing read", drain.Status{}, ""},
 	}
 	for _, tt := range tests {
