@@ -1,9 +1,13 @@
 package kube
 
 import (
+	"bytes"
+	"context"
 	"crypto/tls"
+	"encoding/json"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -24,7 +28,8 @@ import (
 // ServiceAccount token mounted, as a pod injected before it reached the API server (`shutdown-manager inject`)
 // has it from the ServiceAccount admission plugin; without it the sidecar's Events could only be logged. A pod
 // that turns automount off gets no token in any container. The webhook's health port serves its build_info and
-// the serving certificate's expiry.
+// the serving certificate's expiry; with the webhook down and failurePolicy Fail, the API server refuses the pod
+// and counts it in the series the chart's alert reads.
 func TestWebhookSidecarServiceAccount(t *testing.T) {
 	api := kubetest.Start(t)
 	ca, err := testpki.NewCA("shutdown-manager webhook test CA")
@@ -112,6 +117,36 @@ func TestWebhookSidecarServiceAccount(t *testing.T) {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics does not have %q", want)
 			}
+		}
+	})
+
+	t.Run("webhook down, failurePolicy Fail: refused, and counted as the rules read it", func(t *testing.T) {
+		wh.stop(t)
+		in, err := json.Marshal(pod("opted", "during-outage"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+		defer cancel()
+		cmd := api.Command(ctx, "create", "-f", "-")
+		cmd.Stdin = bytes.NewReader(in)
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "failed calling webhook") {
+			t.Fatalf("kubectl create with the webhook down: %v\n%s\nwant it refused: failed calling webhook", err, out)
+		}
+		// The series test/chart's PrometheusRule and dashboard read (apiserverMetrics there), with its labels.
+		var line string
+		for l := range strings.Lines(api.Kubectl(t, "get", "--raw", "/metrics")) {
+			if strings.HasPrefix(l, "apiserver_admission_webhook_rejection_count{") && strings.Contains(l, `name="namespace.shutdown-manager.io"`) {
+				line = strings.TrimSpace(l)
+			}
+		}
+		labels := regexp.MustCompile(`([a-z_]+)="`).FindAllStringSubmatch(line, -1)
+		var names []string
+		for _, m := range labels {
+			names = append(names, m[1])
+		}
+		if !strings.Contains(line, `error_type="calling_webhook_error"`) || strings.Join(names, ",") != "error_type,name,operation,rejection_code,type" {
+			t.Errorf("the API server's rejection series: %q, want one with error_type calling_webhook_error and labels error_type,name,operation,rejection_code,type", line)
 		}
 	})
 }
