@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -387,14 +388,15 @@ func describedEvents(t *testing.T, api *kubetest.APIServer, pod string) []string
 
 // TestEventsDescribePod: an Event whose regarding names the pod's UID is listed by `kubectl describe pod`;
 // one without it (a pod injected before SHUTDOWN_MANAGER_POD_UID) is recorded, and `kubectl get events` lists
-// it, but describe does not.
+// it, but describe does not. The commands of docs/observability-alerts.md (its ```sh block) list the first.
 func TestEventsDescribePod(t *testing.T) {
 	api, _ := eventsAPI(t)
 	uid := createPod(t, api, "described")
 	cfg := kubeconfig(t, api, t.TempDir(), fmt.Sprintf("certificate-authority: %q", api.CAFile), fmt.Sprintf("token: %q", token(t, api, "envoy")))
-	for _, r := range []struct{ uid, note string }{{uid, "with the pod's uid"}, {"", "without a uid"}} {
+	const with, without = "with the pod's uid", "without a uid"
+	for _, r := range []struct{ uid, reason, note string }{{uid, events.ReasonDrainTimedOut, with}, {"", events.ReasonDrained, without}} {
 		rec := newRecorderUID(t, cfg, "described", r.uid)
-		rec.Record(events.Event{Type: events.TypeNormal, Reason: events.ReasonDrained, Note: r.note})
+		rec.Record(events.Event{Type: events.TypeWarning, Reason: r.reason, Note: r.note})
 		rec.close()
 		if w := rec.warnings(); len(w) != 0 {
 			t.Errorf("warnings %q", w)
@@ -404,7 +406,27 @@ func TestEventsDescribePod(t *testing.T) {
 		t.Fatalf("kubectl get events lists %q, want both Events", got)
 	}
 	got := describedEvents(t, api, "described")
-	if len(got) != 1 || !strings.Contains(got[0], "Drained") || !strings.HasSuffix(got[0], "with the pod's uid") {
+	if len(got) != 1 || !strings.Contains(got[0], events.ReasonDrainTimedOut) || !strings.HasSuffix(got[0], with) {
 		t.Errorf("kubectl describe pod lists the Events\n%s\nwant only the one with the pod's uid", strings.Join(got, "\n"))
+	}
+
+	page, err := os.ReadFile(filepath.Join(repoRoot, "docs", "observability-alerts.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindSubmatch(page)
+	if m == nil {
+		t.Fatal("docs/observability-alerts.md has no ```sh block")
+	}
+	for line := range strings.Lines(string(m[1])) {
+		words := strings.Fields(strings.NewReplacer("POD", "described", "NAMESPACE", eventsNS).Replace(line))
+		if len(words) < 2 || words[0] != "kubectl" {
+			t.Errorf("docs/observability-alerts.md: %q is not a kubectl command", line)
+			continue
+		}
+		out := api.Kubectl(t, words[1:]...)
+		if !strings.Contains(out, with) || (words[1] == "describe" && strings.Contains(out, without)) {
+			t.Errorf("docs/observability-alerts.md: %s printed\n%s\nwant the Event with the pod's uid (and describe, not the other)", strings.TrimSpace(line), out)
+		}
 	}
 }
