@@ -143,7 +143,7 @@ func TestDecideServiceAccount(t *testing.T) {
 		p := envoyPod()
 		p.Spec.Volumes = []corev1.Volume{{Name: vol, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
-		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: vol, MountPath: ServiceAccountDir, ReadOnly: true}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: vol, MountPath: inject.ServiceAccountDir, ReadOnly: true}}
 		if edit != nil {
 			edit(p)
 		}
@@ -153,7 +153,7 @@ func TestDecideServiceAccount(t *testing.T) {
 	sidecar.Mode = inject.ModeSidecar
 	plain := sidecar
 	plain.SidecarKind = inject.SidecarPlain
-	want := corev1.VolumeMount{Name: vol, MountPath: ServiceAccountDir, ReadOnly: true}
+	want := corev1.VolumeMount{Name: vol, MountPath: inject.ServiceAccountDir, ReadOnly: true}
 	tests := []struct {
 		name  string
 		pod   *corev1.Pod

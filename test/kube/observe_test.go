@@ -78,8 +78,8 @@ func TestWebhookSidecarServiceAccount(t *testing.T) {
 		if !equality.Semantic.DeepEqual(got.VolumeMounts, want.VolumeMounts) {
 			t.Errorf("the webhook's sidecar mounts %+v, want %+v (the ServiceAccount plugin's, on a pod injected beforehand)", got.VolumeMounts, want.VolumeMounts)
 		}
-		if !strings.Contains(fmtMounts(got.VolumeMounts), "kube-api-access-@"+webhook.ServiceAccountDir) {
-			t.Errorf("the sidecar has no token mount at %s: %+v", webhook.ServiceAccountDir, got.VolumeMounts)
+		if !strings.Contains(fmtMounts(got.VolumeMounts), "kube-api-access-@"+inject.ServiceAccountDir) {
+			t.Errorf("the sidecar has no token mount at %s: %+v", inject.ServiceAccountDir, got.VolumeMounts)
 		}
 	})
 
@@ -89,7 +89,7 @@ func TestWebhookSidecarServiceAccount(t *testing.T) {
 		stored := decodePod(t, create(t, api, p).stdout)
 		for _, cs := range [][]corev1.Container{stored.Spec.InitContainers, stored.Spec.Containers} {
 			for _, c := range cs {
-				if strings.Contains(fmtMounts(c.VolumeMounts), webhook.ServiceAccountDir) {
+				if strings.Contains(fmtMounts(c.VolumeMounts), inject.ServiceAccountDir) {
 					t.Errorf("container %s mounts a token: %+v", c.Name, c.VolumeMounts)
 				}
 			}
