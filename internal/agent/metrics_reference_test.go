@@ -3,6 +3,7 @@ package agent
 import (
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
@@ -78,6 +79,7 @@ func metricsReference(t *testing.T) string {
 	server.New(nil, server.Options{Registerer: drainSide})
 	webhookSide := &recorder{}
 	webhook.New(webhook.Options{Registerer: webhookSide})
+	webhookSide.MustRegister(buildInfo("VERSION"), webhook.CertExpiry(webhook.NewCertFiles("", "", slog.New(slog.DiscardHandler)))) // as runWebhook registers them
 	var b strings.Builder
 	b.WriteString("\n`serve` and `run` (on `/metrics` of `--listen`, or of `--metrics-listen`):\n\n| metric | labels | help |\n|---|---|---|\n")
 	b.WriteString(strings.Join(metricRows(t, drainSide), "\n") + "\n")

@@ -76,6 +76,7 @@ func startEvents(cfg EngineConfig, component string, engine *drain.Engine, log *
 		Kubeconfig: cfg.Kubeconfig,
 		Pod:        os.Getenv(events.EnvPodName),
 		Namespace:  os.Getenv(events.EnvPodNamespace),
+		UID:        os.Getenv(events.EnvPodUID),
 		Component:  component,
 		UserAgent:  "shutdown-manager/" + cfg.Version,
 	}, log)

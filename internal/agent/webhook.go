@@ -59,7 +59,8 @@ func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) erro
 		log.Warn("no serving certificate yet; not ready until one loads", "err", err)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		buildInfo(cfg.Version), webhook.CertExpiry(certs))
 	icfg := cfg.Inject
 	rec := events.New(events.Config{Kubeconfig: cfg.Kubeconfig, Component: "webhook", Others: true,
 		Pod: os.Getenv(events.EnvPodName), Namespace: os.Getenv(events.EnvPodNamespace), UserAgent: "shutdown-manager/" + cfg.Version}, log)

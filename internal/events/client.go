@@ -19,6 +19,7 @@ import (
 const (
 	EnvPodName      = podenv.Name
 	EnvPodNamespace = podenv.Namespace
+	EnvPodUID       = podenv.UID
 )
 
 // Controller is the Events' reportingController.
@@ -42,8 +43,12 @@ type Config struct {
 	Kubeconfig string // a kubeconfig file (readKubeconfig says what of it is read); "" = the pod's ServiceAccount
 	Pod        string // the Pod's name (EnvPodName)
 	Namespace  string // the Pod's namespace (EnvPodNamespace)
-	Component  string // which command reports ("serve", "drain", "run"): the Events' reportingInstance with the pod
-	UserAgent  string
+	// UID is the Pod's UID (EnvPodUID), the Events' regarding.uid: `kubectl describe pod` selects a pod's Events
+	// by it. Empty (a pod injected before the variable was added): the Events are still recorded, and
+	// `kubectl get events` shows them, but describe does not.
+	UID       string
+	Component string // which command reports ("serve", "drain", "run"): the Events' reportingInstance with the pod
+	UserAgent string
 	// Others: every Event names the object it is about (Event.Regarding), as the webhook's do; Pod and
 	// Namespace then only name the reporter and may be empty.
 	Others bool
@@ -116,7 +121,7 @@ func (c *Client) Record(e Event) {
 		return
 	}
 	now := time.Now()
-	about := ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace}
+	about := ObjectReference{APIVersion: "v1", Kind: "Pod", Name: c.cfg.Pod, Namespace: c.cfg.Namespace, UID: c.cfg.UID}
 	if e.Regarding != nil {
 		about = *e.Regarding
 	} else if c.cfg.Others {

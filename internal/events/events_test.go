@@ -287,7 +287,7 @@ func newLog() (*slog.Logger, *logBuffer) {
 	return slog.New(slog.NewJSONHandler(b, &slog.HandlerOptions{Level: slog.LevelDebug})), b
 }
 
-var testPod = Config{Pod: "envoy-0", Namespace: "edge", Component: "drain"}
+var testPod = Config{Pod: "envoy-0", Namespace: "edge", UID: "0b6f1c1e-5d2a-4f0e-9a51-3c7d2e8b9f10", Component: "drain"}
 
 // TestClientSendsInOrder: Events reach the API in the order they were recorded, as events.k8s.io/v1
 // Events about the Pod, and Close returns once they are sent.
@@ -312,7 +312,7 @@ func TestClientSendsInOrder(t *testing.T) {
 			t.Fatalf("sent %v", sent)
 		}
 		ev := sent[0]
-		if ev.Regarding.Kind != "Pod" || ev.Regarding.Name != "envoy-0" || ev.Regarding.Namespace != "edge" || ev.Namespace != "edge" ||
+		if ev.Regarding.Kind != "Pod" || ev.Regarding.Name != "envoy-0" || ev.Regarding.Namespace != "edge" || ev.Regarding.UID != testPod.UID || ev.Namespace != "edge" ||
 			ev.ReportingController != Controller || ev.ReportingInstance != "drain@envoy-0" || ev.Action != "Drain" ||
 			ev.EventTime.IsZero() || !strings.HasPrefix(ev.Name, "envoy-0.") || ev.Note != "a" {
 			t.Errorf("event: %+v", ev)

@@ -75,7 +75,7 @@ type Status struct {
 	InitContainers []string    `json:"initContainers,omitempty"` // added, by name
 	Containers     []string    `json:"containers,omitempty"`     // added, by name
 	Volumes        []string    `json:"volumes,omitempty"`        // added, by name (and Envoy's mounts of them)
-	// Env: the variables added to Envoy's container, by name (podenv.Name, podenv.Namespace; one the
+	// Env: the variables added to Envoy's container, by name (podenv.Name, podenv.Namespace, podenv.UID; one the
 	// container already set is kept as it is and not listed).
 	Env []string `json:"env,omitempty"`
 	// Grace is set when terminationGracePeriodSeconds was raised.
@@ -550,6 +550,7 @@ func podEnv() []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: podenv.Name, ValueFrom: field("metadata.name")},
 		{Name: podenv.Namespace, ValueFrom: field("metadata.namespace")},
+		{Name: podenv.UID, ValueFrom: field("metadata.uid")},
 	}
 }
 

@@ -237,7 +237,7 @@ func TestParseStatus(t *testing.T) {
 		t.Fatalf("no status after inject: %v %v", ok, err)
 	}
 	want := Status{Version: "v9", Image: "sm:1", Mode: ModeAgent, BinaryFrom: BinaryCopy, EnvoyContainer: "envoy", DrainTimeout: "23s",
-		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, Env: []string{podenv.Name, podenv.Namespace}, CommandUnset: true}
+		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, Env: []string{podenv.Name, podenv.Namespace, podenv.UID}, CommandUnset: true}
 	if !equality.Semantic.DeepEqual(st, want) {
 		t.Errorf("got %+v, want %+v", st, want)
 	}

@@ -11,4 +11,7 @@ package podenv
 const (
 	Name      = "SHUTDOWN_MANAGER_POD_NAME"      // fieldRef metadata.name
 	Namespace = "SHUTDOWN_MANAGER_POD_NAMESPACE" // fieldRef metadata.namespace
+	// UID: fieldRef metadata.uid. An Event's regarding.uid: `kubectl describe pod` lists a pod's Events by
+	// involvedObject.uid (and name, namespace, kind), so an Event without it is not shown there.
+	UID = "SHUTDOWN_MANAGER_POD_UID"
 )

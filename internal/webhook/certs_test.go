@@ -216,3 +216,51 @@ func TestCertFilesRunLogs(t *testing.T) {
 		cancel()
 	})
 }
+
+// TestCertExpiry: the gauge is 0 before a certificate loads, then the served one's expiry, and follows a
+// rotation at the next scrape.
+func TestCertExpiry(t *testing.T) {
+	ca, err := testpki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	c := NewCertFiles(certFile, keyFile, slog.New(slog.DiscardHandler))
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(CertExpiry(c))
+	gauge := func() float64 {
+		t.Helper()
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(mfs) != 1 || mfs[0].GetName() != CertExpiryMetric || len(mfs[0].Metric) != 1 {
+			t.Fatalf("gathered %v, want one %s", mfs, CertExpiryMetric)
+		}
+		return mfs[0].Metric[0].GetGauge().GetValue()
+	}
+	if got := gauge(); got != 0 {
+		t.Errorf("before a certificate loads: %v, want 0", got)
+	}
+	now := time.Now().Truncate(time.Second)
+	for _, days := range []int{30, 90} {
+		notAfter := now.Add(time.Duration(days) * 24 * time.Hour)
+		l, err := ca.LeafValid(now.Add(-time.Hour), notAfter, []net.IP{net.IPv4(127, 0, 0, 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(certFile, l.CertPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(keyFile, l.KeyPEM, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Check(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := gauge(), float64(notAfter.Unix()); got != want {
+			t.Errorf("a certificate valid %d days: %v, want %v", days, got, want)
+		}
+	}
+}

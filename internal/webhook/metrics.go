@@ -41,3 +41,23 @@ func (m *metrics) observe(o Outcome, d time.Duration) {
 	m.requests.WithLabelValues(string(o)).Inc()
 	m.duration.Observe(d.Seconds())
 }
+
+// CertExpiryMetric is the name of the gauge CertExpiry makes.
+const CertExpiryMetric = "shutdown_manager_webhook_certificate_expiry_timestamp_seconds"
+
+// CertExpiry is a gauge of the served certificate's expiry (Unix seconds; 0 while none is loaded), read at each
+// scrape: a rotation shows at the next one. An alert on it sees a certificate that is not being renewed
+// (cert-manager failing, a Secret never rotated) before the API server's calls fail, which, with failurePolicy
+// Ignore, admit pods uninjected.
+func CertExpiry(c *CertFiles) prometheus.Collector {
+	return prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: CertExpiryMetric,
+		Help: "Expiry of the webhook's serving certificate, in Unix seconds; 0 while none is loaded.",
+	}, func() float64 {
+		t := c.NotAfter()
+		if t.IsZero() {
+			return 0
+		}
+		return float64(t.Unix())
+	})
+}

@@ -81,6 +81,7 @@ func Decide(r Review, cfg inject.Config) Decision {
 	err := inject.Inject(&out.ObjectMeta, &out.Spec, cfg)
 	switch {
 	case err == nil:
+		inject.MountServiceAccount(&out.Spec)
 		return Decision{Outcome: OutcomeInjected, Pod: out}
 	case errors.Is(err, inject.ErrOptedOut):
 		return Decision{Outcome: OutcomeSkipped, Reason: err.Error()}

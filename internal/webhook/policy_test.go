@@ -133,3 +133,70 @@ func TestDecideIsInject(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideServiceAccount: the sidecar the webhook adds gets the pod's ServiceAccount mount, as the API server's
+// ServiceAccount admission plugin gave it to the containers present before the webhook ran; nothing else
+// changes, and a pod without the mount (automount off) gets none.
+func TestDecideServiceAccount(t *testing.T) {
+	const vol = "kube-api-access-x7k2p"
+	saPod := func(edit func(*corev1.Pod)) *corev1.Pod { // as the plugin leaves a pod
+		p := envoyPod()
+		p.Spec.Volumes = []corev1.Volume{{Name: vol, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{Path: "token"}}}}}}}
+		p.Spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: vol, MountPath: inject.ServiceAccountDir, ReadOnly: true}}
+		if edit != nil {
+			edit(p)
+		}
+		return p
+	}
+	sidecar := testConfig
+	sidecar.Mode = inject.ModeSidecar
+	plain := sidecar
+	plain.SidecarKind = inject.SidecarPlain
+	want := corev1.VolumeMount{Name: vol, MountPath: inject.ServiceAccountDir, ReadOnly: true}
+	tests := []struct {
+		name  string
+		pod   *corev1.Pod
+		cfg   inject.Config
+		mount bool // the sidecar gets the mount
+	}{
+		{"native sidecar", saPod(nil), sidecar, true},
+		{"plain sidecar", saPod(nil), plain, true},
+		{"hook mode: no container added", saPod(nil), testConfig, false},
+		{"no token mounted", envoyPod(), sidecar, false},
+		{"automount off on the pod", saPod(func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = new(false) }), sidecar, false},
+		{"a volume at the path that holds no token", saPod(func(p *corev1.Pod) {
+			p.Spec.Volumes[0].Projected.Sources = []corev1.VolumeProjection{{ConfigMap: &corev1.ConfigMapProjection{}}}
+		}), sidecar, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Decide(Review{Namespace: "apps", Operation: admissionv1.Create, Pod: tt.pod}, tt.cfg)
+			if got.Outcome != OutcomeInjected {
+				t.Fatalf("Decide = %s (%q)", got.Outcome, got.Reason)
+			}
+			injected := tt.pod.DeepCopy()
+			if err := inject.Inject(&injected.ObjectMeta, &injected.Spec, tt.cfg); err != nil {
+				t.Fatal(err)
+			}
+			var sc *corev1.Container
+			for _, cs := range [][]corev1.Container{injected.Spec.Containers, injected.Spec.InitContainers} {
+				for i := range cs {
+					if cs[i].Name == inject.SidecarContainer {
+						sc = &cs[i]
+					}
+				}
+			}
+			if tt.mount {
+				sc.VolumeMounts = append(sc.VolumeMounts, want)
+			}
+			if !equality.Semantic.DeepEqual(got.Pod, injected) {
+				t.Errorf("Decide's pod is not inject's with the sidecar's mount %v (%v):\ngot  %+v\nwant %+v", want, tt.mount, got.Pod.Spec, injected.Spec)
+			}
+			again := Decide(Review{Namespace: "apps", Operation: admissionv1.Create, Pod: got.Pod}, tt.cfg)
+			if !equality.Semantic.DeepEqual(again.Pod, got.Pod) {
+				t.Errorf("reinvoked on its own output, Decide changed the pod again")
+			}
+		})
+	}
+}

@@ -147,6 +147,7 @@ var valueSets = []valueSet{
 	{name: "cert-manager", release: "shutdown-manager"},
 	{name: "cert-manager-issuer", release: "shutdown-manager"},
 	{name: "custom", release: "edge", generated: true},
+	{name: "monitoring", release: "shutdown-manager", generated: true},
 	{name: "policy", release: "shutdown-manager", setFiles: []string{"policy.manifest=" + policyManifest}, verbatim: policyManifest},
 }
 

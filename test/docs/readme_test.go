@@ -25,29 +25,33 @@ func userPages(t *testing.T) []string {
 	return pages
 }
 
-// deployFiles are the lines of every file under deploy/.
+// deployFiles are the lines of every YAML file a test applies, renders or runs: under deploy/ (applied to real
+// API servers and kubelets), docs/examples/ (the HAProxy and Loki configurations the e2e and TestObservabilityPage
+// read) and test/chart/testdata/values/ (the value sets test/chart renders).
 func deployFiles(t *testing.T) [][]string {
 	t.Helper()
 	var files [][]string
-	err := filepath.WalkDir(filepath.Join("..", "..", "deploy"), func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
-			data, err := os.ReadFile(path)
-			if err != nil {
-				return err
+	for _, dir := range []string{"deploy", "docs/examples", "test/chart/testdata/values"} {
+		err := filepath.WalkDir(filepath.Join("..", "..", dir), func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, ".yaml") {
+				data, err := os.ReadFile(path)
+				if err != nil {
+					return err
+				}
+				files = append(files, strings.Split(string(data), "\n"))
 			}
-			files = append(files, strings.Split(string(data), "\n"))
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
 		}
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 	return files
 }
 
 // TestReadmeYAMLIsFromDeploy: every ```yaml block of the README, SECURITY.md and the docs/ pages (but the
 // migration pages, whose blocks TestMigrationPages checks against the peers' files) is a run of consecutive lines
-// of a file under deploy/ (shifted left as a whole: an excerpt from deep inside a manifest may start at the
+// of a tested file (deployFiles: deploy/, docs/examples/, the chart's test values; shifted left as a whole: an excerpt from deep inside a manifest may start at the
 // margin), so no page can drift from manifests that are tested.
 func TestReadmeYAMLIsFromDeploy(t *testing.T) {
 	files := deployFiles(t)
@@ -63,7 +67,7 @@ func TestReadmeYAMLIsFromDeploy(t *testing.T) {
 		for _, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(readRepo(t, page), -1) {
 			checked++
 			if !isExcerpt(b[1], files) {
-				t.Errorf("%s: yaml block is not a run of lines of any file under deploy/:\n%s", page, b[1])
+				t.Errorf("%s: yaml block is not a run of lines of any file under deploy/, docs/examples/ or test/chart/testdata/values/:\n%s", page, b[1])
 			}
 		}
 	}

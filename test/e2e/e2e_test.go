@@ -433,10 +433,10 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		}
 		r.drain = append(r.drain, res...)
 	}
-	// The managers that run in Envoy's container (hook, agent: the pod's ServiceAccount token is mounted there)
-	// record DrainStarted and Drained on their own pod. (A sidecar added by the webhook gets no token mount: the
-	// ServiceAccount admission plugin runs before webhooks, so its Events are only logged.)
-	wantEvents := s.action == "delete-pod" && !s.control && !slices.Contains(s.inject, "--mode=sidecar")
+	// Every manager records DrainStarted and Drained on its own pod: in Envoy's container (hook, agent) and in the
+	// sidecar, which the webhook gives the pod's ServiceAccount token mount (the ServiceAccount admission plugin
+	// runs before webhooks and mounts it only into the containers already there).
+	wantEvents := s.action == "delete-pod" && !s.control
 	if wantEvents {
 		reasons := podEventReasons(ctx, t, c, ns, victims[0])
 		if !slices.Contains(reasons, "DrainStarted") || !slices.Contains(reasons, "Drained") {

@@ -66,9 +66,9 @@ func writeReport(path string, c *Cluster, rows []row) error {
 			r.scenario.name, inj, r.scenario.action, r.sent, r.failed, formatErrors(r.errors), r.p99.Round(time.Millisecond),
 			strings.Join(r.drain, "; "), r.gone.Round(100*time.Millisecond), r.idle.FIN, r.idle.RST, r.idle.Other, r.idle.Open, result, r.note)
 	}
-	b.WriteString("\nThe drain column comes from the manager's own log (its `drain finished` line). The note of a pod deletion in hook\n")
-	b.WriteString("or agent mode lists the deleted pod's Events, and the scenario fails unless they include DrainStarted and Drained\n")
-	b.WriteString("(a sidecar added by the webhook gets no ServiceAccount token: its Events are only logged). \"Old pods gone after\" is\n")
+	b.WriteString("\nThe drain column comes from the manager's own log (its `drain finished` line). The note of a pod deletion in hook,\n")
+	b.WriteString("sidecar or agent mode lists the deleted pod's Events, and the scenario fails unless they include DrainStarted and\n")
+	b.WriteString("Drained (the webhook gives the sidecar it adds the pod's ServiceAccount token). \"Old pods gone after\" is\n")
 	b.WriteString("from the delete (or the rollout's restart) until `kubectl wait --for=delete` returned for every old pod.\n")
 	if slices.ContainsFunc(rows, func(r row) bool { return r.scenario.action == "lb-delete-pod" }) {
 		b.WriteString("\nThe `lb-delete-pod` rows (test/e2e/lb_test.go, docs/load-balancers.md) have their own load: 4 clients, a request every\n")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -35,6 +36,7 @@ type kubeEvent struct {
 		Kind      string `json:"kind"`
 		Name      string `json:"name"`
 		Namespace string `json:"namespace"`
+		UID       string `json:"uid"`
 	} `json:"involvedObject"`
 }
 
@@ -69,8 +71,8 @@ func eventsAPI(t *testing.T) *kubetest.APIServer {
 }
 
 // createPod creates a Pod named name (never scheduled: there is no scheduler; it only has to exist, as the
-// manager's own pod does).
-func createPod(t *testing.T, api *kubetest.APIServer, name string) {
+// manager's own pod does) and returns its UID.
+func createPod(t *testing.T, api *kubetest.APIServer, name string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "pod.yaml")
 	pod := fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata: {name: %s, namespace: %s}\nspec:\n  containers: [{name: envoy, image: envoyproxy/envoy:v1.40.0}]\n", name, eventsNS)
@@ -78,6 +80,7 @@ func createPod(t *testing.T, api *kubetest.APIServer, name string) {
 		t.Fatal(err)
 	}
 	api.Kubectl(t, "apply", "-f", path)
+	return strings.TrimSpace(api.Kubectl(t, "get", "pod", name, "-n", eventsNS, "-o", "jsonpath={.metadata.uid}"))
 }
 
 // podEnv names the pod as inject does, from the downward API.
@@ -101,8 +104,8 @@ func TestEventsOfTheHook(t *testing.T) {
 
 		t.Run("drained", func(t *testing.T) {
 			pod := podName("drained", bin)
-			createPod(t, api, pod)
-			p := startEnv(t, podEnv(pod), append([]string{"drain", "--admin-address", e.AdminURL, "--kubeconfig", api.Kubeconfig}, fast()...)...)
+			uid := createPod(t, api, pod)
+			p := startEnv(t, append(podEnv(pod), podenv.UID+"="+uid), append([]string{"drain", "--admin-address", e.AdminURL, "--kubeconfig", api.Kubeconfig}, fast()...)...)
 			if code := p.wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("exit code %d, want 0", code)
 			}
@@ -117,9 +120,15 @@ func TestEventsOfTheHook(t *testing.T) {
 				t.Errorf("Drained message %q, want the duration and the count left", m)
 			}
 			for _, ev := range evs {
-				if ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != pod || ev.InvolvedObject.Namespace != eventsNS || ev.ReportingInstance != "drain@"+pod {
-					t.Errorf("event about %+v from %q, want Pod %s/%s from drain@%s", ev.InvolvedObject, ev.ReportingInstance, eventsNS, pod, pod)
+				if ev.InvolvedObject.Kind != "Pod" || ev.InvolvedObject.Name != pod || ev.InvolvedObject.Namespace != eventsNS ||
+					ev.InvolvedObject.UID != uid || ev.ReportingInstance != "drain@"+pod {
+					t.Errorf("event about %+v from %q, want Pod %s/%s (uid %s) from drain@%s", ev.InvolvedObject, ev.ReportingInstance, eventsNS, pod, uid, pod)
 				}
+			}
+			// What `kubectl describe pod` lists: the Events selected by the pod's name, namespace, kind and UID.
+			sel := "involvedObject.kind=Pod,involvedObject.name=" + pod + ",involvedObject.namespace=" + eventsNS + ",involvedObject.uid=" + uid
+			if out := api.Kubectl(t, "get", "events", "-n", eventsNS, "--field-selector", sel, "-o", "name"); len(strings.Fields(out)) != 2 {
+				t.Errorf("the Events kubectl describe selects (%s): %q, want both", sel, out)
 			}
 		})
 

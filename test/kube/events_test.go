@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -129,8 +130,14 @@ func (b *syncBuffer) String() string {
 
 func newRecorder(t *testing.T, kubeconfig, pod string) recorder {
 	t.Helper()
+	return newRecorderUID(t, kubeconfig, pod, "")
+}
+
+// newRecorderUID is newRecorder for the pod of that UID.
+func newRecorderUID(t *testing.T, kubeconfig, pod, uid string) recorder {
+	t.Helper()
 	buf := &syncBuffer{}
-	c := events.New(events.Config{Kubeconfig: kubeconfig, Pod: pod, Namespace: eventsNS, Component: "test"},
+	c := events.New(events.Config{Kubeconfig: kubeconfig, Pod: pod, Namespace: eventsNS, UID: uid, Component: "test"},
 		slog.New(slog.NewJSONHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if !c.Enabled() {
 		t.Fatalf("events disabled: %s", buf.String())
@@ -292,6 +299,7 @@ func TestEventsInCluster(t *testing.T) {
 	writeFile(t, filepath.Join(sa, "ca.crt"), serverCA)
 	writeFile(t, filepath.Join(sa, "token"), []byte(token(t, api, "envoy")))
 	writeFile(t, filepath.Join(sa, "namespace"), []byte(eventsNS))
+	uid := createPod(t, api, "hooked")
 	u, err := url.Parse(api.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +319,7 @@ mount --bind "$0" /var/run/secrets/kubernetes.io/serviceaccount && exec "$@"`
 	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mountSA, sa,
 		bin, "drain", "--admin-address", admin, "--min-drain-duration", "1s", "--drain-timeout", "30s", "--log-level", "debug")
 	cmd.Env = []string{"KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port,
-		podenv.Name + "=hooked", podenv.Namespace + "=" + eventsNS, "PATH=" + os.Getenv("PATH")}
+		podenv.Name + "=hooked", podenv.Namespace + "=" + eventsNS, podenv.UID + "=" + uid, "PATH=" + os.Getenv("PATH")}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("drain: %v\n%s", err, out)
@@ -320,6 +328,10 @@ mount --bind "$0" /var/run/secrets/kubernetes.io/serviceaccount && exec "$@"`
 	got := podEvents(t, api, "hooked")
 	if len(got) != 2 || got[0] != want[0] || !strings.HasPrefix(got[1], want[1]) {
 		t.Errorf("events %q, want %q…", got, want)
+	}
+	described := describedEvents(t, api, "hooked")
+	if len(described) != 2 || !strings.Contains(described[0], "DrainStarted") || !strings.Contains(described[1], "EnvoyGone") {
+		t.Errorf("kubectl describe pod hooked lists the Events\n%s\nwant DrainStarted, EnvoyGone", strings.Join(described, "\n"))
 	}
 	for l := range strings.Lines(string(out)) { // the drain warns that Envoy is unreachable; Events must not
 		if strings.Contains(l, `"level":"WARN"`) && strings.Contains(l, "kubernetes events") {
@@ -344,4 +356,77 @@ func buildManager(t *testing.T) string {
 		t.Fatalf("building shutdown-manager: %v\n%s", err, out)
 	}
 	return bin
+}
+
+// createPod creates a pod in the namespace (no kubelet runs it) and returns its UID.
+func createPod(t *testing.T, api *kubetest.APIServer, name string) string {
+	t.Helper()
+	api.Kubectl(t, "run", name, "-n", eventsNS, "--image=envoyproxy/envoy:v1.36.2", "--restart=Never",
+		"--overrides", `{"spec":{"serviceAccountName":"envoy","automountServiceAccountToken":false}}`)
+	return strings.TrimSpace(api.Kubectl(t, "get", "pod", name, "-n", eventsNS, "-o", "jsonpath={.metadata.uid}"))
+}
+
+// describedEvents is the rows of the Events table `kubectl describe pod` prints (kubectl selects them by the
+// pod's name, namespace, kind and UID: involvedObject.uid).
+func describedEvents(t *testing.T, api *kubetest.APIServer, pod string) []string {
+	t.Helper()
+	out := api.Kubectl(t, "describe", "pod", pod, "-n", eventsNS)
+	_, table, ok := strings.Cut(out, "\nEvents:")
+	if !ok {
+		t.Fatalf("kubectl describe pod %s prints no Events section:\n%s", pod, out)
+	}
+	var rows []string
+	for l := range strings.Lines(table) {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] == "Type" || strings.HasPrefix(f[0], "---") || f[0] == "<none>" {
+			continue
+		}
+		rows = append(rows, strings.TrimSpace(l))
+	}
+	return rows
+}
+
+// TestEventsDescribePod: an Event whose regarding names the pod's UID is listed by `kubectl describe pod`;
+// one without it (a pod injected before SHUTDOWN_MANAGER_POD_UID) is recorded, and `kubectl get events` lists
+// it, but describe does not. The commands of docs/observability-alerts.md (its ```sh block) list the first.
+func TestEventsDescribePod(t *testing.T) {
+	api, _ := eventsAPI(t)
+	uid := createPod(t, api, "described")
+	cfg := kubeconfig(t, api, t.TempDir(), fmt.Sprintf("certificate-authority: %q", api.CAFile), fmt.Sprintf("token: %q", token(t, api, "envoy")))
+	const with, without = "with the pod's uid", "without a uid"
+	for _, r := range []struct{ uid, reason, note string }{{uid, events.ReasonDrainTimedOut, with}, {"", events.ReasonDrained, without}} {
+		rec := newRecorderUID(t, cfg, "described", r.uid)
+		rec.Record(events.Event{Type: events.TypeWarning, Reason: r.reason, Note: r.note})
+		rec.close()
+		if w := rec.warnings(); len(w) != 0 {
+			t.Errorf("warnings %q", w)
+		}
+	}
+	if got := podEvents(t, api, "described"); len(got) != 2 {
+		t.Fatalf("kubectl get events lists %q, want both Events", got)
+	}
+	got := describedEvents(t, api, "described")
+	if len(got) != 1 || !strings.Contains(got[0], events.ReasonDrainTimedOut) || !strings.HasSuffix(got[0], with) {
+		t.Errorf("kubectl describe pod lists the Events\n%s\nwant only the one with the pod's uid", strings.Join(got, "\n"))
+	}
+
+	page, err := os.ReadFile(filepath.Join(repoRoot, "docs", "observability-alerts.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindSubmatch(page)
+	if m == nil {
+		t.Fatal("docs/observability-alerts.md has no ```sh block")
+	}
+	for line := range strings.Lines(string(m[1])) {
+		words := strings.Fields(strings.NewReplacer("POD", "described", "NAMESPACE", eventsNS).Replace(line))
+		if len(words) < 2 || words[0] != "kubectl" {
+			t.Errorf("docs/observability-alerts.md: %q is not a kubectl command", line)
+			continue
+		}
+		out := api.Kubectl(t, words[1:]...)
+		if !strings.Contains(out, with) || (words[1] == "describe" && strings.Contains(out, without)) {
+			t.Errorf("docs/observability-alerts.md: %s printed\n%s\nwant the Event with the pod's uid (and describe, not the other)", strings.TrimSpace(line), out)
+		}
+	}
 }

@@ -396,33 +396,31 @@ func clean(p corev1.Pod) corev1.Pod {
 // its random suffix.
 var saToken = regexp.MustCompile(`^kube-api-access-[a-z0-9]{5}$`)
 
-// normalize is clean, and without the service account token volume and its mounts: the ServiceAccount
-// admission plugin adds them with a random name, and to the containers that exist when it runs (before
-// mutating policies and webhooks, after a pod injected beforehand).
+// normalize is clean, with the service account token volume (which the ServiceAccount admission plugin adds
+// with a random name) and its mounts under one name. The plugin mounts it into the containers that exist when
+// it runs: before mutating policies and webhooks, and after a pod injected beforehand; the policy gives the
+// sidecar it adds the same mount (inject.MountServiceAccount), so the two pods are equal with their mounts.
 func normalize(p corev1.Pod) corev1.Pod {
 	p = clean(p)
 	p.Status = corev1.PodStatus{}
 	var token []string
-	p.Spec.Volumes = slices.DeleteFunc(p.Spec.Volumes, func(v corev1.Volume) bool {
-		if saToken.MatchString(v.Name) {
-			token = append(token, v.Name)
-			return true
+	for i := range p.Spec.Volumes {
+		if saToken.MatchString(p.Spec.Volumes[i].Name) {
+			token = append(token, p.Spec.Volumes[i].Name)
+			p.Spec.Volumes[i].Name = "kube-api-access"
 		}
-		return false
-	})
-	unmount := func(cs []corev1.Container) {
+	}
+	rename := func(cs []corev1.Container) {
 		for i := range cs {
-			cs[i].VolumeMounts = slices.DeleteFunc(cs[i].VolumeMounts, func(m corev1.VolumeMount) bool { return slices.Contains(token, m.Name) })
-			if len(cs[i].VolumeMounts) == 0 {
-				cs[i].VolumeMounts = nil
+			for j := range cs[i].VolumeMounts {
+				if slices.Contains(token, cs[i].VolumeMounts[j].Name) {
+					cs[i].VolumeMounts[j].Name = "kube-api-access"
+				}
 			}
 		}
 	}
-	unmount(p.Spec.InitContainers)
-	unmount(p.Spec.Containers)
-	if len(p.Spec.Volumes) == 0 {
-		p.Spec.Volumes = nil
-	}
+	rename(p.Spec.InitContainers)
+	rename(p.Spec.Containers)
 	return p
 }
 
