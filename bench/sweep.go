@@ -29,9 +29,15 @@ import (
 // TCP mode forwarding a client per request does, and nothing is retried: a request that fails is counted.
 // Arrivals are open-loop (a fixed pace, whatever the answers), as a load balancer's clients do not slow
 // down for a dying backend.
+//
+// The short requests are a load balancer's usual traffic: so short that nothing is in flight most of the
+// time, which is what a policy that counts the work in flight sees between arrivals. The 1 s requests come
+// every 2 s, so the work in flight falls to 0 for about a second between them while arrivals go on (a
+// 1 s request every 250 ms, tried first, kept some work in flight until the arrivals stopped, and hid the
+// difference between counting work in flight and watching for new traffic that this sweep is about).
 const (
-	sweepShortEvery  = 20 * time.Millisecond  // a short request (GET /) on a new connection this often: 50/s
-	sweepMediumEvery = 250 * time.Millisecond // a 1 s request on a new connection this often (about 4 in flight)
+	sweepShortEvery  = 20 * time.Millisecond // a short request (GET /) on a new connection this often: 50/s
+	sweepMediumEvery = 2 * time.Second       // a 1 s request on a new connection this often
 	sweepMedium      = time.Second
 )
 
