@@ -59,8 +59,8 @@ bench:
 
 # The propagation sweep alone (issue 19): clients open new connections for P = 0.5, 2, 5, 10, 20 s after termination
 # begins while requests of several lengths run; fixed floors, ours with --quiet-period, the peers. Failed requests
-# and time to terminate against the physical limit: bench/results/{SWEEP.md,sweep.png,sweep.json}. About 15
-# minutes on 2 CPUs (one run per row; BENCH_ARGS=-sweep-runs=2: 30); BENCH_ARGS=-quick: P = 2 and 10 s, one run, about 5 minutes.
+# and time to terminate against the physical limit: bench/results/{SWEEP.md,sweep.png,sweep.json}. About 11
+# minutes on 2 CPUs (one run per row; BENCH_ARGS=-sweep-runs=2: 22, measured); BENCH_ARGS=-quick: P = 2 and 10 s, one run, about 4 minutes.
 bench-sweep:
 	./bench/run.sh -scenarios sweep $(BENCH_ARGS)
 
