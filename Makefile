@@ -8,7 +8,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION) -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=$(COMMIT)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push release envoy kube helm demo bench bench-webhook test unit integration apiserver fuzz vet clean deploy e2e
+.PHONY: all build image image-push release envoy kube helm demo bench bench-sweep bench-webhook test unit integration apiserver fuzz vet clean deploy e2e
 
 all: build
 
@@ -61,9 +61,17 @@ demo: envoy build
 # Contour's real binary, built from the Go module proxy and cached like the e2e's (CONTOUR_BIN=model: its
 # re-creation); Envoy Gateway's real binary with ENVOY_GATEWAY_BIN, else its re-creation) against a real Envoy: failed
 # requests, Envoy's hook, no-Envoy, release latency, idle time, poll cost, footprint, 10k connections. About
-# 35-40 minutes on 2 CPUs; writes bench/results/ (REPORT.md, PNGs, raw JSON/CSV). BENCH_ARGS=-quick: 8 minutes.
+# 35-40 minutes on 2 CPUs, plus the propagation sweep below; writes bench/results/ (REPORT.md, SWEEP.md, PNGs,
+# raw JSON/CSV). BENCH_ARGS=-quick: 8 minutes, plus the quick sweep.
 bench:
 	./bench/run.sh $(BENCH_ARGS)
+
+# The propagation sweep alone (issue 19): clients open new connections for P = 0.5, 2, 5, 10, 20 s after termination
+# begins while requests of several lengths run; fixed floors, ours with --quiet-period, the peers. Failed requests
+# and time to terminate against the physical limit: bench/results/{SWEEP.md,sweep.png,sweep.json}. About 11
+# minutes on 2 CPUs (one run per row; BENCH_ARGS=-sweep-runs=2: 22, measured); BENCH_ARGS=-quick: P = 2 and 10 s, one run, about 4 minutes.
+bench-sweep:
+	./bench/run.sh -scenarios sweep $(BENCH_ARGS)
 
 # A real single-node Kubernetes (kubelet, kube-proxy, containerd 2, runc, a CNI bridge) on this machine: the
 # deploy/ examples injected in each mode, Envoy pods deleted and rolled under load, zero failed requests, and a

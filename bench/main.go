@@ -19,6 +19,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -35,24 +36,27 @@ type config struct {
 	scenarios  []string // which scenarios to run
 	policies   []string // which policies to run (empty: all available)
 
-	loadRuns      int           // runs per policy of the load scenario
-	latencyRuns   int           // release-latency runs of ours (HTTP)
-	latencyTCP    int           // release-latency runs of ours (TCP)
-	peerRuns      int           // release-latency runs of each peer
-	idleRuns      int           // idle-termination runs per policy
-	noEnvoyRuns   int           // no-Envoy runs per sidecar policy
-	pollRuns      int           // polls per query and configuration
-	scaleRuns     int           // runs of the 10,000-connection scenario
-	scaleConns    int           // connections of the scale scenario
-	footIdle      time.Duration // how long the idle CPU is measured
-	capAfter      time.Duration // the bench's own bound on one termination
-	warmup        time.Duration // load before termination begins
-	propagation   time.Duration // clients keep sending new requests this long after termination begins
-	sampleEvery   time.Duration // stats sampling interval during the load scenario
-	pollConfigs   string        // "clusters:listeners,..."
-	noRun         bool          // leave out the `run` policy even if the binary has it
-	quick         bool          // one run of everything, short caps: a smoke test
-	commandLine   string        // how this run was started, for the report
+	loadRuns      int             // runs per policy of the load scenario
+	latencyRuns   int             // release-latency runs of ours (HTTP)
+	latencyTCP    int             // release-latency runs of ours (TCP)
+	peerRuns      int             // release-latency runs of each peer
+	idleRuns      int             // idle-termination runs per policy
+	noEnvoyRuns   int             // no-Envoy runs per sidecar policy
+	pollRuns      int             // polls per query and configuration
+	scaleRuns     int             // runs of the 10,000-connection scenario
+	scaleConns    int             // connections of the scale scenario
+	footIdle      time.Duration   // how long the idle CPU is measured
+	capAfter      time.Duration   // the bench's own bound on one termination
+	warmup        time.Duration   // load before termination begins
+	propagation   time.Duration   // clients keep sending new requests this long after termination begins
+	sampleEvery   time.Duration   // stats sampling interval during the load scenario
+	pollConfigs   string          // "clusters:listeners,..."
+	sweepP        []time.Duration // the sweep's propagation delays
+	sweepRuns     int             // runs of the sweep per P and policy
+	sweepPolicies []string        // the sweep's policies (empty: all)
+	noRun         bool            // leave out the `run` policy even if the binary has it
+	quick         bool            // one run of everything, short caps: a smoke test
+	commandLine   string          // how this run was started, for the report
 	envoyVersion  string
 	envoyBin      testbed.Binary
 	runAvailable  bool
@@ -61,7 +65,7 @@ type config struct {
 
 func main() {
 	var c config
-	var scen, pols string
+	var scen, pols, sweepP, sweepPols string
 	flag.StringVar(&c.manager, "manager", "bin/shutdown-manager", "the shutdown-manager binary")
 	flag.StringVar(&c.contourBin, "contour-bin", os.Getenv("CONTOUR_BIN"),
 		"Contour's `contour` binary to run instead of the model (env CONTOUR_BIN; bench/run.sh builds it by default)")
@@ -85,11 +89,23 @@ func main() {
 	flag.DurationVar(&c.propagation, "propagation", time.Second, "clients keep starting new requests this long after termination begins (endpoint removal)")
 	flag.DurationVar(&c.sampleEvery, "sample", 100*time.Millisecond, "stats sampling interval during the load scenario")
 	flag.StringVar(&c.pollConfigs, "poll-configs", "10:10,1000:10,10000:10,10:500,10000:500", "clusters:listeners configurations of the poll-cost scenario")
+	flag.StringVar(&sweepP, "sweep-p", durationsList(sweepPropagations), "the sweep's propagation delays P: clients open new connections this long after termination begins")
+	flag.IntVar(&c.sweepRuns, "sweep-runs", 1, "runs of the sweep per P and policy")
+	flag.StringVar(&sweepPols, "sweep-policies", "", "comma-separated policies of the sweep (default all): fixed0s,fixed1s,fixed2s,fixed5s,fixed10s,ours,ours-low,ours-noquiet,contour,envoygateway")
 	flag.BoolVar(&c.noRun, "no-run", false, "leave out the `run` policy")
 	flag.BoolVar(&c.quick, "quick", false, "a smoke test: one run of everything, short caps (peers that need longer show as capped)")
 	flag.Parse()
 	c.scenarios = splitList(scen)
 	c.policies = splitList(pols)
+	c.sweepPolicies = splitList(sweepPols)
+	for _, f := range splitList(sweepP) {
+		d, err := time.ParseDuration(f)
+		if err != nil || d < 0 {
+			fmt.Fprintf(os.Stderr, "bench: -sweep-p %q: want durations like 0.5s,2s\n", f)
+			os.Exit(2)
+		}
+		c.sweepP = append(c.sweepP, d)
+	}
 	c.commandLine = strings.Join(os.Args, " ")
 	if c.quick {
 		c.loadRuns, c.latencyRuns, c.latencyTCP, c.peerRuns, c.idleRuns, c.pollRuns, c.scaleRuns = 1, 5, 2, 1, 1, 2, 1
@@ -99,6 +115,10 @@ func main() {
 		c.capAfter = min(c.capAfter, 15*time.Second)
 		c.pollConfigs = "10:10,1000:10"
 		c.sampleEvery = 250 * time.Millisecond
+		c.sweepRuns = 1
+		if sweepP == durationsList(sweepPropagations) {
+			c.sweepP = []time.Duration{2 * time.Second, 10 * time.Second}
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -109,7 +129,16 @@ func main() {
 }
 
 // scenarioNames are the scenarios, in the order they run.
-var scenarioNames = []string{"load", "load-idle60", "load-nopool", "noenvoy", "latency", "idle", "pollcost", "footprint", "scale"}
+var scenarioNames = []string{"load", "load-idle60", "load-nopool", "noenvoy", "latency", "idle", "pollcost", "footprint", "scale", "sweep"}
+
+// durationsList writes ds as a -sweep-p value: "500ms,2s".
+func durationsList(ds []time.Duration) string {
+	var s []string
+	for _, d := range ds {
+		s = append(s, d.String())
+	}
+	return strings.Join(s, ",")
+}
 
 func splitList(s string) []string {
 	var out []string
@@ -222,6 +251,7 @@ func run(ctx context.Context, c *config) error {
 		"pollcost":    func() error { return scenarioPollCost(ctx, c, res) },
 		"footprint":   func() error { return scenarioFootprint(ctx, c, res) },
 		"scale":       func() error { return scenarioScale(ctx, c, res) },
+		"sweep":       func() error { return scenarioSweep(ctx, c, res) },
 	}
 	var errs []error
 	for _, s := range c.scenarios {
@@ -245,6 +275,14 @@ func run(ctx context.Context, c *config) error {
 	}
 	res.Machine.Started = started.UTC().Format(time.RFC3339)
 	res.Machine.Finished = time.Now().UTC().Format(time.RFC3339)
+	if !slices.ContainsFunc(c.scenarios, func(s string) bool { return s != "sweep" }) {
+		// The sweep alone (make bench-sweep): it wrote sweep.json; results.json keeps the last full run's.
+		fmt.Printf("\nbench: wrote %s in %s\n", c.out, time.Since(started).Round(time.Second))
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+		}
+		return errors.Join(errs...)
+	}
 	b, err := json.MarshalIndent(res, "", " ")
 	if err != nil {
 		return err

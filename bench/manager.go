@@ -37,6 +37,31 @@ func drainFinished(path string) (time.Time, string) {
 	return time.Time{}, "no drain finished line"
 }
 
+// drainPhases reads the manager's JSON log lines "drain phase ended" from path: "quiet 13.01s: no new
+// connection ...", one per phase, in order (elapsed since the drain's trigger).
+func drainPhases(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var l struct {
+			Msg     string `json:"msg"`
+			Phase   string `json:"phase"`
+			Elapsed string `json:"elapsed"`
+			Reason  string `json:"reason"`
+		}
+		if line := sc.Bytes(); len(line) > 0 && line[0] == '{' && json.Unmarshal(line, &l) == nil && l.Msg == "drain phase ended" {
+			out = append(out, l.Phase+" "+l.Elapsed+": "+l.Reason)
+		}
+	}
+	return out
+}
+
 // procStat is what /proc/PID says about a process.
 type procStat struct {
 	cpu   time.Duration // utime + stime

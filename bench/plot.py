@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Turns bench/results/results.json and load_series.csv into PNGs and REPORT.md.
+"""Turns bench/results/results.json and load_series.csv into PNGs and REPORT.md, and sweep.json (the
+propagation sweep) into sweep.png and SWEEP.md.
 
 Usage: plot.py RESULTS_DIR
 Every figure in the tables comes from several runs: the median, and the spread as min-max (few runs) or
@@ -87,6 +88,13 @@ def counts(xs):
 
 
 def main(out):
+    if os.path.exists(os.path.join(out, "sweep.json")):
+        sweep_report(out)
+    if os.path.exists(os.path.join(out, "results.json")):
+        bench_report(out)
+
+
+def bench_report(out):
     with open(os.path.join(out, "results.json")) as f:
         res = json.load(f)
     label = {p["name"]: p["label"] for p in res["policies"]}
@@ -555,6 +563,183 @@ def plot_series(out, res, label, order):
     ax1.set_xlim(-3.2, 15)
     ax1.set_title("Draining under load (run 1 of each policy), first 15 s")
     fig.savefig(os.path.join(out, "load_connections_15s.png"), dpi=110)
+    plt.close(fig)
+
+
+# ---- the propagation sweep (sweep.json) ----
+
+SWEEP_COLORS = {"fixed0s": "#f4a582", "fixed1s": "#e08060", "fixed2s": "#d6604d", "fixed5s": "#b2182b",
+                "fixed10s": "#67001f", "ours": "tab:green", "ours-low": "tab:olive", "ours-noquiet": "tab:cyan",
+                "contour": "tab:purple", "envoygateway": "tab:brown"}
+SWEEP_MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
+WITHIN = 1.0  # the issue's goal: within 1 s of the physical limit
+
+
+def p_text(p):
+    return f"{p:g} s"
+
+
+def sweep_report(out):
+    with open(os.path.join(out, "sweep.json")) as f:
+        sw = json.load(f)
+    runs = sw["runs"]
+    pols = [p for p in sw["policies"]]
+    label = {p["name"]: p["label"] for p in pols}
+    order = [p["name"] for p in pols]
+    ps = sorted({r["propagation_s"] for r in runs})
+    by = defaultdict(list)
+    for r in runs:
+        by[(r["propagation_s"], r["policy"])].append(r)
+    m = sw["machine"]
+    nruns = max((len(v) for v in by.values()), default=0)
+
+    def ok(r):  # terminated, by itself, nothing failed
+        return r["failed"] == 0 and not r["capped"] and r["time_to_terminate_s"] >= 0
+
+    def near(r):
+        return ok(r) and r["over_limit_s"] <= WITHIN
+
+    md = ["# Propagation sweep\n"]
+    md.append(f"Produced by `{m['command']}`, finished {m['finished']}: {m['nproc']} CPUs ({m['cpu']}), Linux "
+              f"{m['kernel']}, Envoy {m['envoy_version']}, {m['manager_version']}, {m['go_version']}; the sweep took "
+              f"{sw['seconds'] / 60:.1f} min. Load average (1, 5, 15 min) before and after: {sw['load']} "
+              f"on {m['nproc']} CPUs" + (" — **the machine was busy** (other jobs shared its CPUs), so times carry "
+                                          "scheduling delays of up to about a second" if busy(sw['load'], m['nproc']) else "")
+              + ". Raw data: [sweep.json](sweep.json).\n")
+    md.append("A load balancer that takes P seconds to stop sending to a terminating pod: clients keep opening new "
+              "connections for P s after termination begins, on a real Envoy over loopback. Traffic: "
+              + sw["traffic"] + ". A request fails on any error or non-2xx answer; nothing is retried. "
+              "**Time to terminate**: start of termination (the preStop hook begins) → Envoy's exit. **Limit**: the "
+              "physical limit of that traffic, the later of the last new connection and the end of the last request "
+              "(a request cut short counts until it would have ended): no policy can let Envoy go sooner without "
+              "failing something, or without knowing that nothing more will come. **Over**: time to terminate − limit. "
+              f"Each row is {nruns} run{'s' if nruns != 1 else ''}; cells list them in order.\n")
+    # Summary: per policy, over the rows.
+    md.append("## Summary\n")
+    srows = []
+    for name in order:
+        cells = [by[(p, name)] for p in ps if by[(p, name)]]
+        if not cells:
+            continue
+        zero = sum(all(ok(r) for r in rs) for rs in cells)
+        close = sum(all(near(r) for r in rs) for rs in cells)
+        failed = sum(r["failed"] for rs in cells for r in rs)
+        overs = [r["over_limit_s"] for rs in cells for r in rs if ok(r)]
+        srows.append([label[name], f"{zero} of {len(cells)}", f"{close} of {len(cells)}", str(failed),
+                      f"{fmt(min(overs))} to {fmt(max(overs))}" if overs else "–"])
+    md.append(table(["policy", "rows at 0 failed (every run)", f"rows at 0 failed and within {WITHIN:g} s of the limit",
+                     "failed requests, all rows", "over the limit where 0 failed (s)"], srows))
+    md.append("")
+    def zero_in(sub):
+        return [label[n] for n in order if all(by[(p, n)] and all(ok(r) for r in by[(p, n)]) for p in sub)]
+
+    zero_all = zero_in(ps)
+    md.append(f"At 0 failed in every row (P = {', '.join(p_text(p) for p in ps)}): "
+              + (", ".join(zero_all) if zero_all else "none") + ".")
+    issue = [p for p in ps if p <= 10]
+    if issue != ps:
+        md.append(f"At 0 failed in every row of P ≤ 10 s (the issue's sweep): " + (", ".join(zero_in(issue)) or "none") + ".")
+    md.append("\nOurs with the quiet period lets Envoy go no sooner than the quiet period after the last new "
+              "connection it saw: where the arrivals set the limit, it is over the limit by the quiet period plus "
+              "up to one poll (25 ms while it watches) and Envoy's exit. Where the work in flight sets the limit, "
+              "it releases within a poll of the last request.\n")
+    md.append("![Time to terminate against failed requests, a point per policy per P](sweep.png)\n")
+    md.append("## Every row\n")
+    rows = []
+    for p in ps:
+        for name in order:
+            rs = by[(p, name)]
+            if not rs:
+                continue
+            rows.append([p_text(p), label[name],
+                         ", ".join(failed_text(r) for r in rs),
+                         ", ".join("capped" if r["capped"] else "killed" if r["time_to_terminate_s"] < 0 else
+                                   fmt(r["time_to_terminate_s"]) for r in rs),
+                         ", ".join(fmt(r["limit_s"]) for r in rs),
+                         ", ".join("–" if r["time_to_terminate_s"] < 0 else f"{r['over_limit_s']:+.2f}" for r in rs),
+                         counts([r["outcome"] for r in rs])])
+    md.append(table(["P", "policy", "failed", "time to terminate (s)", "limit (s)", "over (s)", "outcome"], rows))
+    md.append("")
+    md.append("Failed requests by kind: `short` GET /, `1s` the 1 s requests, `2s`/`4s`/`6s` the long ones; "
+              "`refused`: Envoy had exited; `eof`/`reset`: cut by Envoy's exit.\n")
+    # Why ours ended each phase (its log), first run of each row.
+    ph = []
+    for p in ps:
+        for name in order:
+            rs = by[(p, name)]
+            if rs and rs[0].get("phases"):
+                ph.append([p_text(p), label[name], "; ".join(x for x in rs[0]["phases"]
+                                                             if not x.startswith(("delay ", "fail_healthchecks ")))])
+    if ph:
+        md.append("## Why ours let Envoy go (its log, run 1; seconds since the hook began)\n")
+        md.append(table(["P", "policy", "phases"], ph))
+        md.append("")
+    md.append("## Policies\n")
+    md.append(table(["policy", "source", "what it does"],
+                    [[p["label"], "real binary" if p.get("real") else "re-created (model)" if p.get("recreated") else
+                      "this project" if p["name"].startswith("ours") else "baseline", p["describe"]] for p in pols]))
+    md.append("")
+    with open(os.path.join(out, "SWEEP.md"), "w") as f:
+        f.write("\n".join(md))
+    plot_sweep(out, sw, by, order, label, ps)
+    print(f"plot.py: wrote {out}/SWEEP.md and sweep.png")
+
+
+def busy(load, nproc):
+    try:
+        return max(float(x) for x in load.replace("->", " ").split()) > nproc
+    except ValueError:
+        return False
+
+
+def failed_text(r):
+    if r["failed"] == 0:
+        return "0"
+    kinds = ", ".join(f"{k} {v}" for k, v in sorted(r["failed_by_length"].items()))
+    errs = ", ".join(f"{k} {v}" for k, v in sorted(r["errors"].items()))
+    return f"**{r['failed']}** ({kinds}; {errs})"
+
+
+def plot_sweep(out, sw, by, order, label, ps):
+    fig, ax = plt.subplots(figsize=(10, 6.5))
+    marker = {p: SWEEP_MARKERS[i % len(SWEEP_MARKERS)] for i, p in enumerate(ps)}
+    present = [n for n in order if any(by[(p, n)] for p in ps)]
+    most = 1
+    for i, name in enumerate(present):
+        # Points at 0 failed are spread sideways (by policy, within -0.3..0.3) so that they do not hide each other.
+        dx = (i - (len(present) - 1) / 2) * 0.6 / max(len(present) - 1, 1)
+        for p in ps:
+            for r in by[(p, name)]:
+                if r["time_to_terminate_s"] < 0:
+                    continue
+                most = max(most, r["failed"])
+                ax.scatter([r["failed"] if r["failed"] else dx], [r["time_to_terminate_s"]], color=SWEEP_COLORS.get(name, "gray"),
+                           marker=marker[p], s=60, alpha=0.85, edgecolors="black", linewidths=0.4)
+    limits = defaultdict(list)  # the median limit (rounded) -> the Ps that have it
+    for p in ps:
+        lim = [r["limit_s"] for name in order for r in by[(p, name)]]
+        if lim:
+            limits[round(med(lim), 1)].append(p)
+    for y, pp in limits.items():
+        ax.axhline(y, color="gray", linestyle=":", linewidth=0.8)
+        ax.text(0.98, y, f"physical limit {y:g} s (P = {', '.join(p_text(p) for p in pp)})", transform=ax.get_yaxis_transform(),
+                va="bottom", ha="right", fontsize=8, color="gray")
+    ax.set_xscale("symlog", linthresh=1)
+    ax.set_xlim(-0.5, most * 30)  # room on the right for the limits' labels
+    ticks = [0] + [10 ** k for k in range(0, int(math.log10(most)) + 2)]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xlabel("failed requests (symlog; the points at 0 are spread sideways by policy)")
+    ax.set_ylabel("time to terminate (s): start of termination → Envoy's exit")
+    ax.set_title("Propagation sweep: clients open new connections for P s after termination begins")
+    from matplotlib.lines import Line2D
+    handles = [Line2D([], [], color=SWEEP_COLORS.get(n, "gray"), marker="o", linestyle="", label=label[n])
+               for n in order if any(by[(p, n)] for p in ps)]
+    handles += [Line2D([], [], color="black", marker=marker[p], linestyle="", markerfacecolor="white",
+                       label=f"P = {p_text(p)}") for p in ps]
+    ax.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "sweep.png"), dpi=110)
     plt.close(fig)
 
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -90,24 +91,8 @@ func allPolicies(c *config) []policy {
 				}, nil, nil
 			},
 		},
-		{
-			name: "fixed5s", label: "fixed wait 5 s",
-			describe:  "preStop sleeps 5 s, then SIGTERM (Istio's default terminationDrainDuration, without EXIT_ON_ZERO_ACTIVE_CONNECTIONS).",
-			available: true,
-			envoy:     "Envoy's defaults",
-			prepare: func(context.Context, *rig, tuning) (func(context.Context) releaseResult, func(), error) {
-				return func(ctx context.Context) releaseResult {
-					t := time.NewTimer(5 * time.Second) // the policy itself, not synchronisation
-					defer t.Stop()
-					select {
-					case <-t.C:
-						return releaseResult{at: time.Now(), outcome: "fixed", hook: "sleep returned"}
-					case <-ctx.Done():
-						return releaseResult{capped: true, hook: atCap}
-					}
-				}, nil, nil
-			},
-		},
+		fixedWait(5*time.Second, "fixed5s",
+			"preStop sleeps 5 s, then SIGTERM (Istio's default terminationDrainDuration, without EXIT_ON_ZERO_ACTIVE_CONNECTIONS)."),
 		contourPolicy(c),
 		egPolicy(c),
 		{
@@ -127,6 +112,30 @@ func allPolicies(c *config) []policy {
 		},
 	}
 	return ps
+}
+
+// fixedWait is a preStop hook that sleeps d, then kubelet's SIGTERM: Envoy exits at once, whatever is in
+// flight. It does not fail Envoy's health checks (nothing tells Envoy it is leaving before the SIGTERM).
+func fixedWait(d time.Duration, name, describe string) policy {
+	return policy{
+		name: name, label: "fixed wait " + secondsText(d),
+		describe:  describe,
+		available: true,
+		envoy:     "Envoy's defaults",
+		prepare: func(context.Context, *rig, tuning) (func(context.Context) releaseResult, func(), error) {
+			return func(ctx context.Context) releaseResult {
+				if !sleepCtx(ctx, d) { // the policy itself, not synchronisation
+					return releaseResult{capped: true, hook: atCap}
+				}
+				return releaseResult{at: time.Now(), outcome: "fixed", hook: "sleep returned"}
+			}, nil, nil
+		},
+	}
+}
+
+// secondsText writes d as "5 s", "0.5 s".
+func secondsText(d time.Duration) string {
+	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + " s"
 }
 
 // contourPolicy is Contour's: its real binary when -contour-bin is given, else the model.

@@ -4,6 +4,8 @@
 # Takes about 35–40 minutes on a 2-CPU machine. Arguments are passed to the Go program, for example
 #   bench/run.sh -quick                   # a smoke test of every scenario and table (about 8 minutes)
 #   bench/run.sh -scenarios latency,idle  # some scenarios only
+#   bench/run.sh -scenarios sweep         # the propagation sweep alone (`make bench-sweep`): SWEEP.md, sweep.png,
+#                                         # sweep.json; -sweep-p 500ms,2s -sweep-runs 1 -sweep-policies ours,fixed5s
 #   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
 #   CONTOUR_BIN=~/src/contour/contour ENVOY_GATEWAY_BIN=~/src/gateway/bin/envoy-gateway bench/run.sh
 #                                         # the peers' binaries of your choice; or -contour-bin PATH /
@@ -66,7 +68,7 @@ fi
 export CONTOUR_BIN # the bench's -contour-bin default
 status=0
 go run ./bench -manager bin/shutdown-manager -out "$out" "$@" || status=$?
-if [ -f "$out/results.json" ]; then
+if [ -f "$out/results.json" ] || [ -f "$out/sweep.json" ]; then
   $py bench/plot.py "$out"
 fi
 echo "bench: $out/REPORT.md" >&2

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+)
+
+// TestLimitOf: the physical limit is the later of the last new connection and the end of the last request;
+// a failed request counts until it would have ended, and the bench's own cancels do not count.
+func TestLimitOf(t *testing.T) {
+	o := time.Unix(1000, 0)
+	at := func(s float64) time.Time { return o.Add(time.Duration(s * float64(time.Second))) }
+	ok := func(start, end float64, length time.Duration) sweepReq {
+		return sweepReq{start: at(start), end: at(end), length: length}
+	}
+	failed := func(start, end float64, length time.Duration) sweepReq {
+		return sweepReq{start: at(start), end: at(end), length: length, class: testbed.ClassRefused}
+	}
+	tests := []struct {
+		name                   string
+		reqs                   []sweepReq
+		lastNew, lastEnd, want float64
+	}{
+		{"none", nil, 0, 0, 0},
+		{"warm-up only", []sweepReq{ok(-2, -1.9, 0)}, 0, 0, 0},
+		{"arrivals set it", []sweepReq{ok(0, 6.01, 6*time.Second), ok(10, 10.002, 0)}, 10, 10.002, 10.002},
+		{"a long request sets it", []sweepReq{ok(0, 6.01, 6*time.Second), ok(2, 2.001, 0)}, 2, 6.01, 6.01},
+		{"a request cut short ends when it would have", []sweepReq{failed(0, 1, 6*time.Second), ok(0.5, 0.501, 0)}, 0.5, 6, 6},
+		{"a refused arrival is still a new connection", []sweepReq{ok(0, 1, time.Second), failed(9.9, 9.9, 0)}, 9.9, 9.9, 9.9},
+		{"canceled by the bench: left out", []sweepReq{ok(0, 1, time.Second),
+			{start: at(20), end: at(21), length: time.Second, class: "canceled"}}, 0, 1, 1},
+	}
+	for _, tc := range tests {
+		lastNew, lastEnd, got := limitOf(o, tc.reqs)
+		if !near(lastNew, tc.lastNew) || !near(lastEnd, tc.lastEnd) || !near(got, tc.want) {
+			t.Errorf("%s: got last new %v, last end %v, limit %v; want %v, %v, %v", tc.name, lastNew, lastEnd, got,
+				tc.lastNew, tc.lastEnd, tc.want)
+		}
+	}
+}
+
+func near(a, b float64) bool { return a-b < 1e-6 && b-a < 1e-6 }
+
+// TestSweepClass: failures are named as testbed's generators name them; the bench's own cancel is not one.
+func TestSweepClass(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	bg := context.Background()
+	tests := []struct {
+		ctx  context.Context
+		err  error
+		want string
+	}{
+		{bg, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, testbed.ClassRefused},
+		{bg, &net.OpError{Op: "read", Err: syscall.ECONNRESET}, testbed.ClassReset},
+		{bg, fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), testbed.ClassEOF},
+		{bg, context.DeadlineExceeded, testbed.ClassTimeout},
+		{bg, errors.New("something else"), testbed.ClassOther},
+		{canceled, &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, "canceled"},
+	}
+	for _, tc := range tests {
+		if got := sweepClass(tc.ctx, tc.err); got != tc.want {
+			t.Errorf("sweepClass(%v): got %q, want %q", tc.err, got, tc.want)
+		}
+	}
+}
+
+// TestSweepRequestOnRealEnvoy: one request per connection through a real Envoy, then, Envoy gone, a
+// refused one (no retry hides it).
+func TestSweepRequestOnRealEnvoy(t *testing.T) {
+	bins := testbed.BinariesTB(t)
+	e := testbed.StartTB(t, bins[0], testbed.StartUpstreamTB(t), testbed.Options{})
+	ctx := t.Context()
+	for _, d := range []time.Duration{0, 200 * time.Millisecond} {
+		r := sweepRequest(ctx, e.HTTPAddr, time.Now(), d)
+		if r.class != "" || r.end.Sub(r.start) < d {
+			t.Errorf("length %s: class %q after %s, want OK after at least %s (Envoy log %s)", d, r.class, r.end.Sub(r.start), d, e.LogPath)
+		}
+	}
+	e.Stop()
+	if r := sweepRequest(ctx, e.HTTPAddr, time.Now(), 0); r.class != testbed.ClassRefused {
+		t.Errorf("after Envoy exited: class %q, want %q", r.class, testbed.ClassRefused)
+	}
+}
