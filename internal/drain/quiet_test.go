@@ -35,6 +35,9 @@ func trafficUntil(t *testing.T, fake *fakeAdmin, gap, stop time.Duration, what f
 			}
 		}
 	}()
+	// The first arrival is in place before the caller goes on (a drain triggered next reads it in its baseline):
+	// without this, which of the two runs first at the same instant is up to the scheduler.
+	synctest.Wait()
 }
 
 func newConnAndRequest(f *fakeAdmin) { f.cxTotal++; f.rqTotal++ }
