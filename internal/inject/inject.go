@@ -87,6 +87,11 @@ type Status struct {
 	CommandUnset bool `json:"commandWasUnset,omitempty"`
 	// Takeover: the peer's manager Inject removed (Config.Takeover), which Uninject puts back.
 	Takeover *Takeover `json:"takeover,omitempty"`
+	// Settings: every setting inject wrote into the pod that the fields above do not name, by its flag name
+	// (inject's, the annotation's) with its value in the annotations' syntax: the drain's flags (DrainSettings),
+	// and the image pull policy, the sidecar's ports (http hook) and agent mode's Envoy command when they were
+	// used. Re-injecting with another value changes the annotation.
+	Settings map[string]string `json:"settings,omitempty"`
 	// Empties: the fields a manifest wrote as null, {} or [] that the mutation filled, by JSON pointer into the
 	// pod template, with the value written; uninject writes each back where the field is missing again. Set by
 	// the manifest layer (keepEmpties): an object from the API server has no empty fields.
@@ -214,7 +219,13 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			inits = append(inits, installContainer(set))
 		}
 	}
-	drainArgs := set.drainArgs()
+	drainArgs, recorded := set.drainArgs()
+	if set.ImagePullPolicy != "" {
+		recorded["image-pull-policy"] = string(set.ImagePullPolicy)
+	}
+	if set.Mode == ModeSidecar && set.Hook == HookHTTP {
+		recorded["port"], recorded["metrics-port"] = strconv.Itoa(int(set.Port)), strconv.Itoa(int(set.MetricsPort))
+	}
 	switch set.Mode {
 	case ModeHook:
 		args := append([]string{BinaryPath, "drain", "--log-output=envoy"}, drainArgs...)
@@ -256,6 +267,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 				return fmt.Errorf("container %q sets neither command nor args: agent mode needs Envoy's command line (set args, or command)", c.Name)
 			}
 			command, st.CommandUnset = set.EnvoyCommand, true
+			recorded["envoy-command"] = strings.Join(set.EnvoyCommand, " ")
 		}
 		wrapped := []string{BinaryPath, "run", "--termination-grace-period=" + agentGrace(plan.grace)}
 		wrapped = append(wrapped, drainArgs...)
@@ -266,6 +278,9 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		st.Env = addPodEnv(c)
 	}
 	addInitContainers(spec, envoy, inits)
+	if len(recorded) > 0 {
+		st.Settings = recorded
+	}
 
 	text, err := json.Marshal(st)
 	if err != nil {
@@ -278,31 +293,22 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 	return nil
 }
 
-// drainArgs are the drain flags that were set, in a fixed order (the drain timeout aside).
-func (s settings) drainArgs() []string {
+// drainArgs are the drain flags that were set, in DrainSettings' order (the drain timeout aside), and the
+// same settings for the status annotation, by name in the annotations' syntax (a list one item per line).
+func (s settings) drainArgs() ([]string, map[string]string) {
 	var args []string
-	if s.AdminAddress != "" {
-		args = append(args, "--admin-address="+s.AdminAddress)
+	recorded := map[string]string{}
+	for _, d := range DrainSettings {
+		values := d.values(&s.Config)
+		if d.Derived || len(values) == 0 {
+			continue
+		}
+		for _, v := range values {
+			args = append(args, "--"+d.DrainFlag()+"="+v)
+		}
+		recorded[d.Name] = strings.Join(values, "\n")
 	}
-	if d := s.Drain.Delay; d != nil {
-		args = append(args, "--drain-delay="+d.String())
-	}
-	if d := s.Drain.MinDuration; d != nil {
-		args = append(args, "--min-drain-duration="+d.String())
-	}
-	if d := s.Drain.QuietPeriod; d != nil {
-		args = append(args, "--quiet-period="+d.String())
-	}
-	if n := s.Drain.MinOpenConnections; n != nil {
-		args = append(args, "--min-open-connections="+strconv.FormatInt(*n, 10))
-	}
-	if s.Drain.Count != "" {
-		args = append(args, "--count="+s.Drain.Count)
-	}
-	for _, re := range s.Drain.ListenerExclude {
-		args = append(args, "--listener-exclude="+re)
-	}
-	return args
+	return args, recorded
 }
 
 // envoyRef is where Envoy's container is: spec.Containers[index], or spec.InitContainers[index] when Envoy
