@@ -148,13 +148,7 @@ const (
 	AnnotationMinOpenConnections = Prefix + "min-open-connections"
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
-	AnnotationListenerInclude    = Prefix + "listener-include" // regular expressions, one per line
-	AnnotationDrainListeners     = Prefix + "drain-listeners"
-	AnnotationCheckInterval      = Prefix + "check-interval"
-	AnnotationEnvoyGoneAfter     = Prefix + "envoy-gone-after"
-	AnnotationAdminTimeout       = Prefix + "admin-timeout"
-	AnnotationDrainLogLevel      = Prefix + "drain-log-level"
-	AnnotationDrainLogFormat     = Prefix + "drain-log-format"
+	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
 	AnnotationTakeover           = Prefix + "takeover" // "true": take over a peer's shutdown manager (Config.Takeover)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
