@@ -101,4 +101,25 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- range $i.listenerExclude }}
 - {{ printf "--listener-exclude=%v" . | quote }}
 {{- end }}
+{{- range $i.listenerInclude }}
+- {{ printf "--listener-include=%v" . | quote }}
+{{- end }}
+{{- with $i.drainListeners }}
+- {{ printf "--drain-listeners=%v" . | quote }}
+{{- end }}
+{{- with $i.checkInterval }}
+- {{ printf "--check-interval=%v" . | quote }}
+{{- end }}
+{{- with $i.envoyGoneAfter }}
+- {{ printf "--envoy-gone-after=%v" . | quote }}
+{{- end }}
+{{- with $i.adminTimeout }}
+- {{ printf "--admin-timeout=%v" . | quote }}
+{{- end }}
+{{- with $i.drainLogLevel }}
+- {{ printf "--drain-log-level=%v" . | quote }}
+{{- end }}
+{{- with $i.drainLogFormat }}
+- {{ printf "--drain-log-format=%v" . | quote }}
+{{- end }}
 {{- end -}}
