@@ -14,18 +14,18 @@ import (
 // injectFlags are the injection settings, shared by `inject` and `webhook` (and `policy`); each maps onto
 // inject.Config, and is passed on only when set.
 type injectFlags struct {
-	image           string
-	pullPolicy      string
-	mode            string
-	binaryFrom      string
-	hook            string
-	sidecarKind     string
-	envoyContainer  string
-	envoyCommand    string
-	port            int
-	metricsPort     int
-	replaceHooks    bool
-	takeover        bool
+	image          string
+	pullPolicy     string
+	mode           string
+	binaryFrom     string
+	hook           string
+	sidecarKind    string
+	envoyContainer string
+	envoyCommand   string
+	port           int
+	metricsPort    int
+	replaceHooks   bool
+	takeover       bool
 	// drain holds the drain's settings (inject.DrainSettings, one flag each) as the flags set them.
 	drain inject.Config
 }

@@ -149,7 +149,7 @@ const (
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
 	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
-	AnnotationTakeover           = Prefix + "takeover" // "true": take over a peer's shutdown manager (Config.Takeover)
+	AnnotationTakeover = Prefix + "takeover" // "true": take over a peer's shutdown manager (Config.Takeover)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"
