@@ -26,6 +26,7 @@ type injectFlags struct {
 	metricsPort    int
 	replaceHooks   bool
 	takeover       bool
+	tokenSecret    string
 	// drain holds the drain's settings (inject.DrainSettings, one flag each) as the flags set them.
 	drain inject.Config
 }
@@ -41,6 +42,7 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.envoyCommand, "envoy-command", strings.Join(inject.DefaultEnvoyCommand, " "), "agent mode: Envoy's command when its container sets none (words separated by spaces)")
 	fs.IntVar(&f.port, "port", inject.DefaultPort, "sidecar mode with --hook http: the API's port")
 	fs.IntVar(&f.metricsPort, "metrics-port", inject.DefaultMetricsPort, "sidecar mode with --hook http: the metrics port")
+	fs.StringVar(&f.tokenSecret, "token-secret", "", "sidecar mode with --hook http: a Secret of the pod's namespace whose key \""+inject.TokenKey+"\" guards the sidecar's port (serve --token-file); mounted into the sidecar and Envoy's container, whose preStop hook then runs drain --via the port with it")
 	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
 	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
 	for _, d := range inject.DrainSettings {

@@ -11,6 +11,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Mode is how the manager is put into a pod.
@@ -103,6 +104,11 @@ type Config struct {
 	Port           int32    // HookHTTP: the sidecar's API port; 0 = DefaultPort
 	MetricsPort    int32    // HookHTTP: the sidecar's metrics port; 0 = DefaultMetricsPort
 	ReplaceHooks   bool     // replace a preStop hook Envoy's container already has (uninject restores it)
+	// TokenSecret (sidecar mode, HookHTTP): a Secret of the pod's namespace whose key TokenKey is the token that
+	// guards the sidecar's /shutdown and /resume (serve --token-file). It is mounted read-only into the sidecar
+	// and Envoy's container, and Envoy's preStop hook becomes `drain --via` the sidecar's port with it, since
+	// kubelet's httpGet hook can only send headers written into the pod spec. "" = no token.
+	TokenSecret string
 	// Takeover: replace another project's shutdown manager (Contour's, Envoy Gateway's, MARIN3R's) with ours;
 	// without it such a pod is refused (ErrPeerManager). See takeover.go.
 	Takeover bool
@@ -149,7 +155,8 @@ const (
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
 	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
-	AnnotationTakeover = Prefix + "takeover" // "true": take over a peer's shutdown manager (Config.Takeover)
+	AnnotationTokenSecret = Prefix + "token-secret" // sidecar mode, hook http: the Secret holding the token (Config.TokenSecret)
+	AnnotationTakeover    = Prefix + "takeover"     // "true": take over a peer's shutdown manager (Config.Takeover)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"
@@ -226,6 +233,14 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	for _, c := range checks {
 		if c.err != nil {
 			return settings{}, fmt.Errorf("%s: %w", c.name, c.err)
+		}
+	}
+	if s.TokenSecret != "" {
+		if err := validSecretName(s.TokenSecret); err != nil {
+			return settings{}, fmt.Errorf("token secret: %w", err)
+		}
+		if s.Mode != ModeSidecar || s.Hook != HookHTTP {
+			return settings{}, fmt.Errorf("token secret %q: only sidecar mode with the http hook listens on a port a token must guard (mode %s, hook %s); the exec hook's unix socket is in the pod's own volume", s.TokenSecret, s.Mode, s.Hook)
 		}
 	}
 	if s.Port == s.MetricsPort {
@@ -308,6 +323,11 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(err)
 			}
 			s.SidecarKind = SidecarKind(v)
+		case AnnotationTokenSecret:
+			if err := validSecretName(v); err != nil {
+				return bad(err)
+			}
+			s.TokenSecret = v
 		case AnnotationEnvoyContainer:
 			if v == "" {
 				return bad(fmt.Errorf("empty container name"))
@@ -329,7 +349,7 @@ func (s *settings) annotations(a map[string]string) error {
 // knownAnnotations: inject's own, then one per row of DrainSettings.
 var knownAnnotations = func() []string {
 	known := []string{AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
-		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTakeover, AnnotationStatus}
+		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTokenSecret, AnnotationTakeover, AnnotationStatus}
 	for _, d := range DrainSettings {
 		known = append(known, d.Annotation())
 	}
@@ -373,4 +393,12 @@ func validPort(p int32) error {
 
 func sortedKeys(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// validSecretName: a Secret's name is a DNS subdomain.
+func validSecretName(v string) error {
+	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+		return fmt.Errorf("not a Secret's name: %s", strings.Join(errs, "; "))
+	}
+	return nil
 }

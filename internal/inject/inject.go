@@ -43,11 +43,16 @@ const (
 	BinaryPath = BinaryDir + "/shutdown-manager"
 	SocketDir  = "/run/shutdown-manager"
 	SocketURL  = "unix://" + SocketDir + "/api.sock"
+	// TokenDir holds the token (Config.TokenSecret's key TokenKey), in the sidecar and in Envoy's container.
+	TokenDir  = "/run/shutdown-manager-token"
+	TokenKey  = "token"
+	TokenFile = TokenDir + "/" + TokenKey
 
 	InstallContainer = "shutdown-manager-install" // init container: copies the binary (BinaryCopy)
 	SidecarContainer = "shutdown-manager"         // serve (ModeSidecar)
 	BinaryVolume     = "shutdown-manager-bin"     // emptyDir or image volume holding the binary
 	SocketVolume     = "shutdown-manager-run"     // emptyDir holding the sidecar's unix socket (HookExec)
+	TokenVolume      = "shutdown-manager-token"   // the Secret holding the token (HookHTTP with TokenSecret)
 
 	// runAsUser is the image's user: injected containers never run as root.
 	runAsUser = 65532
@@ -189,7 +194,8 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		spec.TerminationGracePeriodSeconds = &plan.grace
 	}
 
-	needBinary := set.Mode != ModeSidecar || set.Hook == HookExec
+	// The http hook with a token is an exec hook too (see the ModeSidecar case below): it needs the binary.
+	needBinary := set.Mode != ModeSidecar || set.Hook == HookExec || set.TokenSecret != ""
 	if needBinary {
 		st.BinaryFrom = set.BinaryFrom
 		st.Volumes = append(st.Volumes, BinaryVolume)
@@ -201,6 +207,9 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		st.Hook, st.SidecarKind = set.Hook, set.SidecarKind
 		if set.Hook == HookExec {
 			st.Volumes = append(st.Volumes, SocketVolume)
+		}
+		if set.TokenSecret != "" {
+			st.Volumes = append(st.Volumes, TokenVolume)
 		}
 		if set.SidecarKind == SidecarNative {
 			st.InitContainers = append(st.InitContainers, SidecarContainer)
@@ -225,6 +234,9 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 	}
 	if set.Mode == ModeSidecar && set.Hook == HookHTTP {
 		recorded["port"], recorded["metrics-port"] = strconv.Itoa(int(set.Port)), strconv.Itoa(int(set.MetricsPort))
+		if set.TokenSecret != "" {
+			recorded["token-secret"] = set.TokenSecret
+		}
 	}
 	switch set.Mode {
 	case ModeHook:
@@ -248,6 +260,21 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			// The hook gets the drain's flags too: `drain --via` waits for the sidecar's answer for
 			// --drain-timeout (plus a margin), and drains Envoy itself with them if the sidecar is gone.
 			args := append([]string{BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}, drainArgs...)
+			args = append(args, "--drain-timeout="+plan.timeout.String())
+			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+			st.Env = addPodEnv(c)
+		} else if set.TokenSecret != "" {
+			// A token kubelet's httpGet could send would be written into the pod spec, for anyone who can read
+			// the pod: the hook is `drain --via` over the sidecar's port instead, with the token from the
+			// Secret, mounted read-only into both containers.
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: set.TokenSecret, Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}}},
+			}})
+			mount := corev1.VolumeMount{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true}
+			c.VolumeMounts = append(c.VolumeMounts, mount)
+			sc.VolumeMounts = append(sc.VolumeMounts, mount)
+			sc.Args = append(sc.Args, "--token-file="+TokenFile)
+			args := append([]string{BinaryPath, "drain", fmt.Sprintf("--via=http://127.0.0.1:%d", set.Port), "--token-file=" + TokenFile, "--log-output=envoy"}, drainArgs...)
 			args = append(args, "--drain-timeout="+plan.timeout.String())
 			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
 			st.Env = addPodEnv(c)
@@ -382,17 +409,17 @@ func nativeSidecar(c *corev1.Container) bool {
 //   - Agent mode with Envoy as a native sidecar: kubelet sends a native sidecar SIGTERM only after the pod's
 //     containers have exited, so `run` would start the drain late, in what is left of the grace period.
 //     Hook and sidecar modes are fine: a native sidecar's preStop hook runs at once, with the others'.
-//   - The http hook on the node's network (hostNetwork): the sidecar would serve /shutdown on that port of
-//     every address of the node, for anyone who reaches the node to drain Envoy. A token could guard it, but
-//     inject has none to give (kubelet's httpGet hook could only send one written into the pod spec for
-//     all to read); the exec hook has no port at all.
+//   - The http hook on the node's network (hostNetwork) without a token: the sidecar would serve /shutdown on
+//     that port of every address of the node, for anyone who reaches the node to drain Envoy. With
+//     Config.TokenSecret the API asks for the token, which only the pod's containers hold; the exec hook has no
+//     port at all.
 func checkPod(spec *corev1.PodSpec, envoy envoyRef, set settings) error {
 	c := envoy.in(spec)
 	if envoy.init && set.Mode == ModeAgent {
 		return fmt.Errorf("container %q is a native sidecar (an init container with restartPolicy Always): it gets SIGTERM only after the pod's other containers have exited, too late for agent mode's drain; use hook or sidecar mode", c.Name)
 	}
-	if spec.HostNetwork && set.Mode == ModeSidecar && set.Hook == HookHTTP {
-		return fmt.Errorf("the pod uses the node's network (hostNetwork): the http hook's sidecar would let anyone who reaches the node on port %d drain Envoy, and inject has no token to guard it; use the exec hook (a unix socket, no port)", set.Port)
+	if spec.HostNetwork && set.Mode == ModeSidecar && set.Hook == HookHTTP && set.TokenSecret == "" {
+		return fmt.Errorf("the pod uses the node's network (hostNetwork): the http hook's sidecar would let anyone who reaches the node on port %d drain Envoy; use the exec hook (a unix socket, no port), or guard the port with a token (--token-secret)", set.Port)
 	}
 	return nil
 }
@@ -446,7 +473,7 @@ func checkFree(spec *corev1.PodSpec, envoy *corev1.Container, st Status) error {
 		}
 	}
 	for _, vm := range envoy.VolumeMounts {
-		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir {
+		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir || vm.MountPath == TokenDir {
 			return fmt.Errorf("container %q already mounts %q at %s, which inject would add (no %s annotation)", envoy.Name, vm.Name, vm.MountPath, AnnotationStatus)
 		}
 	}

@@ -74,6 +74,10 @@ func TestInjectValuesCarryDrainSettings(t *testing.T) {
 		}
 		want = append(want, "--"+d.Name+"="+d.Example)
 	}
+	// The token, inject's setting rather than the drain's (sidecar mode with the http hook, which Validate checks
+	// in the webhook, not here).
+	set["tokenSecret"] = "envoy-drain-token"
+	want = append(want, "--token-secret=envoy-drain-token")
 	b, err := yaml.Marshal(map[string]any{"inject": set})
 	if err != nil {
 		t.Fatal(err)

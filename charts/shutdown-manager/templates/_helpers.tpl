@@ -74,6 +74,9 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- end }}
 - {{ printf "--port=%v" (int64 $i.port) | quote }}
 - {{ printf "--metrics-port=%v" (int64 $i.metricsPort) | quote }}
+{{- with $i.tokenSecret }}
+- {{ printf "--token-secret=%v" . | quote }}
+{{- end }}
 {{- if $i.replaceHooks }}
 - --replace-hooks
 {{- end }}
