@@ -49,6 +49,8 @@ type DrainSetting struct {
 	Positive bool
 	// Derived: not passed by the table's loop (the drain timeout, always passed, derived when not set).
 	Derived bool
+	// Syntax describes a KindString's values without Values ("": none).
+	Syntax string
 	// Example is a valid value that differs from the default (tests and the docs use it).
 	Example string
 	// Help is the one-line help of inject's flag; the default comes from the drain (DrainDefault).
@@ -90,7 +92,7 @@ func (d DrainSetting) ChartValue() string {
 // DrainSettings is the table. Its order is the order of the flags written into pods (existing pods' hooks keep
 // their order when a row is added at the end).
 var DrainSettings = []DrainSetting{
-	{Name: "admin-address", Kind: KindString, Example: "unix:///var/run/envoy/admin.sock",
+	{Name: "admin-address", Kind: KindString, Syntax: "`http://IP:PORT`, `IP:PORT`, `unix:///path`", Example: "unix:///var/run/envoy/admin.sock",
 		Help:  "Envoy's admin API (default: found at drain time from Envoy's command line and bootstrap; the sidecar uses http://127.0.0.1:9901)",
 		check: validAdmin, field: func(c *Config) any { return &c.AdminAddress }},
 	{Name: "drain-delay", Kind: KindDuration, Example: "2s",
