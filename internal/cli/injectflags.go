@@ -81,14 +81,19 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 // drainSettingUsage is the help of a drain setting's flag: the table's, its values and its annotation. The flag
 // has no default of its own: a setting not given is not passed, and the drain's default applies.
 func drainSettingUsage(d inject.DrainSetting) string {
+	// A back-quoted word names the flag's value in the help (flag.UnquoteUsage).
 	u := d.Help
 	switch {
 	case d.Values != nil:
-		u += ": " + strings.Join(d.Values, ", ")
+		u += " (`string`: " + strings.Join(d.Values, ", ") + ")"
 	case d.Kind == inject.KindDuration:
-		u += " (a duration)"
+		u += " (a `duration`)"
+	case d.Kind == inject.KindCount:
+		u += " (a whole `number`)"
 	case d.Kind == inject.KindList:
-		u += " (a regular expression)"
+		u += " (a regular `expression`)"
+	default:
+		u += " (`string`)"
 	}
 	return u + "; annotation " + d.Annotation()
 }
