@@ -402,3 +402,6 @@ func validSecretName(v string) error {
 	}
 	return nil
 }
+
+// Annotations are the annotation keys inject accepts: its own, then one per row of DrainSettings.
+func Annotations() []string { return slices.Clone(knownAnnotations) }
