@@ -88,6 +88,7 @@ func TestWebhook(t *testing.T) {
 		if err := inject.Inject(&admitted.ObjectMeta, &admitted.Spec, inject.Config{Image: testImage, Version: cli.Version}); err != nil {
 			t.Fatal(err)
 		}
+		inject.MountServiceAccount(&admitted.Spec) // as the webhook does after Inject (a sidecar's token mount)
 		containerDefaults(&admitted.Spec)
 		return admitted
 	}
