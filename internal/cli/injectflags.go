@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -15,26 +14,21 @@ import (
 // injectFlags are the injection settings, shared by `inject` and `webhook` (and `policy`); each maps onto
 // inject.Config, and is passed on only when set.
 type injectFlags struct {
-	image           string
-	pullPolicy      string
-	mode            string
-	binaryFrom      string
-	hook            string
-	sidecarKind     string
-	envoyContainer  string
-	envoyCommand    string
-	admin           string
-	port            int
-	metricsPort     int
-	replaceHooks    bool
-	takeover        bool
-	delay           time.Duration
-	minDuration     time.Duration
-	quiet           time.Duration
-	timeout         time.Duration
-	minOpen         int64
-	count           string
-	listenerExclude stringList
+	image          string
+	pullPolicy     string
+	mode           string
+	binaryFrom     string
+	hook           string
+	sidecarKind    string
+	envoyContainer string
+	envoyCommand   string
+	port           int
+	metricsPort    int
+	replaceHooks   bool
+	takeover       bool
+	tokenSecret    string
+	// drain holds the drain's settings (inject.DrainSettings, one flag each) as the flags set them.
+	drain inject.Config
 }
 
 func (f *injectFlags) register(fs *flag.FlagSet) {
@@ -46,18 +40,14 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.sidecarKind, "sidecar-kind", string(inject.DefaultSidecarKind), "sidecar mode: native (restartPolicy Always init container, Kubernetes >= 1.29) or plain (a regular container)")
 	fs.StringVar(&f.envoyContainer, "envoy-container", "", "Envoy's container (default: the one named envoy, else the one whose image is Envoy's)")
 	fs.StringVar(&f.envoyCommand, "envoy-command", strings.Join(inject.DefaultEnvoyCommand, " "), "agent mode: Envoy's command when its container sets none (words separated by spaces)")
-	fs.StringVar(&f.admin, "admin-address", "", "Envoy's admin API (default: found at drain time from Envoy's command line and bootstrap; the sidecar uses http://127.0.0.1:9901)")
 	fs.IntVar(&f.port, "port", inject.DefaultPort, "sidecar mode with --hook http: the API's port")
 	fs.IntVar(&f.metricsPort, "metrics-port", inject.DefaultMetricsPort, "sidecar mode with --hook http: the metrics port")
+	fs.StringVar(&f.tokenSecret, "token-secret", "", "sidecar mode with --hook http: a Secret of the pod's namespace whose key \""+inject.TokenKey+"\" guards the sidecar's port (serve --token-file); mounted into the sidecar and Envoy's container, whose preStop hook then runs drain --via the port with it")
 	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
 	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
-	fs.DurationVar(&f.delay, "drain-delay", inject.DefaultDrainDelay, "passed to the drain (see drain -h); sizes the grace period")
-	fs.DurationVar(&f.minDuration, "min-drain-duration", inject.DefaultMinDrainDuration, "passed to the drain (see drain -h); sizes the grace period")
-	fs.DurationVar(&f.quiet, "quiet-period", inject.DefaultQuietPeriod, "passed to the drain (see drain -h); sizes the grace period")
-	fs.DurationVar(&f.timeout, "drain-timeout", 0, "the drain timeout; the grace period is raised to fit it (default: derived from terminationGracePeriodSeconds)")
-	fs.Int64Var(&f.minOpen, "min-open-connections", 0, "passed to the drain (see drain -h)")
-	fs.StringVar(&f.count, "count", "", "passed to the drain (see drain -h): inflight, connections, requests")
-	fs.Var(&f.listenerExclude, "listener-exclude", "passed to the drain (see drain -h; repeatable)")
+	for _, d := range inject.DrainSettings {
+		fs.Func(d.Name, drainSettingUsage(d), func(v string) error { return d.Set(&f.drain, v) })
+	}
 }
 
 // config turns the flags that were set (fs says which) into an inject.Config.
@@ -75,35 +65,37 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		SidecarKind:     inject.SidecarKind(f.sidecarKind),
 		EnvoyContainer:  f.envoyContainer,
 		EnvoyCommand:    strings.Fields(f.envoyCommand),
-		AdminAddress:    f.admin,
+		AdminAddress:    f.drain.AdminAddress,
 		Port:            int32(f.port),
 		MetricsPort:     int32(f.metricsPort),
 		ReplaceHooks:    f.replaceHooks,
 		Takeover:        f.takeover,
-		Drain: inject.Drain{
-			Count:           f.count,
-			ListenerExclude: f.listenerExclude,
-		},
-	}
-	if isFlagSet(fs, "drain-delay") {
-		cfg.Drain.Delay = &f.delay
-	}
-	if isFlagSet(fs, "min-drain-duration") {
-		cfg.Drain.MinDuration = &f.minDuration
-	}
-	if isFlagSet(fs, "quiet-period") {
-		cfg.Drain.QuietPeriod = &f.quiet
-	}
-	if isFlagSet(fs, "drain-timeout") {
-		cfg.Drain.Timeout = &f.timeout
-	}
-	if isFlagSet(fs, "min-open-connections") {
-		cfg.Drain.MinOpenConnections = &f.minOpen
+		Drain:           f.drain.Drain,
 	}
 	if err := cfg.Validate(); err != nil {
 		return inject.Config{}, usageError{err}
 	}
 	return cfg, nil
+}
+
+// drainSettingUsage is the help of a drain setting's flag: the table's, its values and its annotation. The flag
+// has no default of its own: a setting not given is not passed, and the drain's default applies.
+func drainSettingUsage(d inject.DrainSetting) string {
+	// A back-quoted word names the flag's value in the help (flag.UnquoteUsage).
+	u := d.Help
+	switch {
+	case d.Values != nil:
+		u += " (`string`: " + strings.Join(d.Values, ", ") + ")"
+	case d.Kind == inject.KindDuration:
+		u += " (a `duration`)"
+	case d.Kind == inject.KindCount:
+		u += " (a whole `number`)"
+	case d.Kind == inject.KindList:
+		u += " (a regular `expression`)"
+	default:
+		u += " (`string`)"
+	}
+	return u + "; annotation " + d.Annotation()
 }
 
 // warnUnpullable warns on stderr when image names no registry and no repository of its own (a single name,
@@ -122,14 +114,4 @@ func warnUnpullable(stderr io.Writer, command, image string) {
 	fmt.Fprintf(stderr, "shutdown-manager %s: warning: image %s names no registry: nodes would pull docker.io/library/%s, which is not published; "+
 		"pods start only on nodes that already hold it (make image; ctr -n k8s.io images import dist/image.tar). Push it and pass --image=REGISTRY/NAME:TAG\n",
 		command, image, name)
-}
-
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (l *stringList) String() string { return strings.Join(*l, ",") }
-
-func (l *stringList) Set(v string) error {
-	*l = append(*l, v)
-	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -78,15 +79,16 @@ func flagsReference(sets []*flag.FlagSet) string {
 	return b.String()
 }
 
-// annotationConsts reads internal/inject/config.go: the value and the line comment of each Annotation
-// constant, and knownAnnotations, the annotations inject accepts, in its order (as constant names).
-func annotationConsts(t *testing.T) (known []string, value, comment map[string]string) {
+// annotationConsts reads internal/inject/config.go: the line comment of each Annotation constant, by the
+// annotation's key. The annotations inject accepts, in its order, are inject.Annotations() (its own, then one per
+// row of inject.DrainSettings, which have no constant: their flags' help says what they take).
+func annotationConsts(t *testing.T) (known []string, comment map[string]string) {
 	t.Helper()
 	f, err := parser.ParseFile(token.NewFileSet(), "../inject/config.go", nil, parser.ParseComments)
 	if err != nil {
 		t.Fatal(err)
 	}
-	value, comment = map[string]string{}, map[string]string{}
+	comment = map[string]string{}
 	for _, d := range f.Decls {
 		g, ok := d.(*ast.GenDecl)
 		if !ok {
@@ -101,33 +103,27 @@ func annotationConsts(t *testing.T) (known []string, value, comment map[string]s
 			switch v := vs.Values[0].(type) {
 			case *ast.BinaryExpr: // Prefix + "mode"
 				if lit, ok := v.Y.(*ast.BasicLit); ok && strings.HasPrefix(name, "Annotation") {
-					value[name], _ = strconv.Unquote(lit.Value)
+					key, _ := strconv.Unquote(lit.Value)
 					if vs.Comment != nil {
-						comment[name] = strings.TrimSpace(vs.Comment.Text())
+						comment[key] = strings.TrimSpace(vs.Comment.Text())
 					} else if vs.Doc != nil {
-						comment[name] = strings.TrimSpace(strings.TrimPrefix(vs.Doc.Text(), name+" "))
-					}
-				}
-			case *ast.CompositeLit:
-				if name == "knownAnnotations" {
-					for _, e := range v.Elts {
-						known = append(known, e.(*ast.Ident).Name)
+						comment[key] = strings.TrimSpace(strings.TrimPrefix(vs.Doc.Text(), name+" "))
 					}
 				}
 			}
 		}
 	}
-	if len(known) == 0 {
-		t.Fatal("internal/inject/config.go: no knownAnnotations")
+	for _, a := range inject.Annotations() {
+		known = append(known, strings.TrimPrefix(a, inject.Prefix))
 	}
-	return known, value, comment
+	return known, comment
 }
 
 // annotationsReference is the Markdown table of the annotations inject accepts: the flag of inject of the same
 // name, and what it takes (the constant's comment, else that flag's help, with drain's help where inject passes
 // the value to the drain).
 func annotationsReference(t *testing.T, sets []*flag.FlagSet) string {
-	known, value, comment := annotationConsts(t)
+	known, comment := annotationConsts(t)
 	var injectFS, drainFS *flag.FlagSet
 	for _, fs := range sets {
 		switch fs.Name() {
@@ -139,12 +135,8 @@ func annotationsReference(t *testing.T, sets []*flag.FlagSet) string {
 	}
 	var b strings.Builder
 	b.WriteString("\n| annotation `shutdown-manager.io/…` | flag of `inject` | takes |\n|---|---|---|\n")
-	for _, c := range known {
-		name, ok := value[c]
-		if !ok {
-			t.Fatalf("knownAnnotations names %s, which config.go does not define as Prefix + \"…\"", c)
-		}
-		flagCell, takes := "", comment[c]
+	for _, name := range known {
+		flagCell, takes := "", comment[name]
 		if f := injectFS.Lookup(name); f != nil {
 			flagCell = "`" + dashed(name) + "`"
 			if takes == "" {

@@ -5,13 +5,13 @@ import (
 	"maps"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Mode is how the manager is put into a pod.
@@ -104,6 +104,11 @@ type Config struct {
 	Port           int32    // HookHTTP: the sidecar's API port; 0 = DefaultPort
 	MetricsPort    int32    // HookHTTP: the sidecar's metrics port; 0 = DefaultMetricsPort
 	ReplaceHooks   bool     // replace a preStop hook Envoy's container already has (uninject restores it)
+	// TokenSecret (sidecar mode, HookHTTP): a Secret of the pod's namespace whose key TokenKey is the token that
+	// guards the sidecar's /shutdown and /resume (serve --token-file). It is mounted read-only into the sidecar
+	// and Envoy's container, and Envoy's preStop hook becomes `drain --via` the sidecar's port with it, since
+	// kubelet's httpGet hook can only send headers written into the pod spec. "" = no token.
+	TokenSecret string
 	// Takeover: replace another project's shutdown manager (Contour's, Envoy Gateway's, MARIN3R's) with ours;
 	// without it such a pod is refused (ErrPeerManager). See takeover.go.
 	Takeover bool
@@ -111,7 +116,8 @@ type Config struct {
 	Drain Drain
 }
 
-// Drain holds the drain flags inject passes on; nil or empty = not passed.
+// Drain holds the drain flags inject passes on; nil or empty = not passed. Each field is a row of
+// DrainSettings (settings.go), which parses, validates, writes and records them.
 type Drain struct {
 	Delay              *time.Duration
 	MinDuration        *time.Duration
@@ -120,6 +126,13 @@ type Drain struct {
 	MinOpenConnections *int64
 	Count              string
 	ListenerExclude    []string
+	ListenerInclude    []string
+	ListenerDrain      string
+	CheckInterval      *time.Duration
+	EnvoyGoneAfter     *time.Duration
+	AdminTimeout       *time.Duration
+	LogLevel           string // the drain's --log-level
+	LogFormat          string // the drain's --log-format
 }
 
 // Annotation keys, on the pod (a workload's pod template), all under one prefix.
@@ -141,7 +154,9 @@ const (
 	AnnotationMinOpenConnections = Prefix + "min-open-connections"
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
-	AnnotationTakeover           = Prefix + "takeover"         // "true": take over a peer's shutdown manager (Config.Takeover)
+	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
+	AnnotationTokenSecret = Prefix + "token-secret" // sidecar mode, hook http: the Secret holding the token (Config.TokenSecret)
+	AnnotationTakeover    = Prefix + "takeover"     // "true": take over a peer's shutdown manager (Config.Takeover)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"
@@ -169,6 +184,7 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	s := settings{Config: cfg}
 	s.EnvoyCommand = append([]string(nil), cfg.EnvoyCommand...)
 	s.Drain.ListenerExclude = append([]string(nil), cfg.Drain.ListenerExclude...)
+	s.Drain.ListenerInclude = append([]string(nil), cfg.Drain.ListenerInclude...)
 	if err := s.annotations(annotations); err != nil {
 		return settings{}, err
 	}
@@ -205,28 +221,30 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 		{"hook", oneOf(string(s.Hook), HookExec, HookHTTP)},
 		{"sidecar kind", oneOf(string(s.SidecarKind), SidecarNative, SidecarPlain)},
 		{"image pull policy", oneOf(string(s.ImagePullPolicy), "", corev1.PullAlways, corev1.PullIfNotPresent, corev1.PullNever)},
-		{"admin address", validAdmin(s.AdminAddress)},
-		{"count", validCount(s.Drain.Count)},
-		{"listener exclude", validRegexps(s.Drain.ListenerExclude)},
 		{"port", validPort(s.Port)},
 		{"metrics port", validPort(s.MetricsPort)},
-		{"drain delay", nonNegative(s.Drain.Delay)},
-		{"minimum drain duration", nonNegative(s.Drain.MinDuration)},
-		{"quiet period", nonNegative(s.Drain.QuietPeriod)},
+	}
+	for _, d := range DrainSettings {
+		checks = append(checks, struct {
+			name string
+			err  error
+		}{strings.ReplaceAll(d.Name, "-", " "), d.validate(&s.Config)})
 	}
 	for _, c := range checks {
 		if c.err != nil {
 			return settings{}, fmt.Errorf("%s: %w", c.name, c.err)
 		}
 	}
+	if s.TokenSecret != "" {
+		if err := validSecretName(s.TokenSecret); err != nil {
+			return settings{}, fmt.Errorf("token secret: %w", err)
+		}
+		if s.Mode != ModeSidecar || s.Hook != HookHTTP {
+			return settings{}, fmt.Errorf("token secret %q: only sidecar mode with the http hook listens on a port a token must guard (mode %s, hook %s); the exec hook's unix socket is in the pod's own volume", s.TokenSecret, s.Mode, s.Hook)
+		}
+	}
 	if s.Port == s.MetricsPort {
 		return settings{}, fmt.Errorf("port and metrics port are both %d", s.Port)
-	}
-	if s.Drain.Timeout != nil && *s.Drain.Timeout <= 0 {
-		return settings{}, fmt.Errorf("drain timeout: %s is not positive", *s.Drain.Timeout)
-	}
-	if n := s.Drain.MinOpenConnections; n != nil && *n < 0 {
-		return settings{}, fmt.Errorf("min open connections: %d is negative", *n)
 	}
 	s.delay, s.minDuration = DefaultDrainDelay, DefaultMinDrainDuration
 	if s.Drain.Delay != nil {
@@ -268,6 +286,12 @@ func (s *settings) annotations(a map[string]string) error {
 		}
 		v := a[key]
 		bad := func(err error) error { return fmt.Errorf("annotation %s: %q: %w", key, v, err) }
+		if d, ok := DrainSettingNamed(strings.TrimPrefix(key, Prefix)); ok {
+			if err := d.setAnnotation(&s.Config, v); err != nil {
+				return bad(err)
+			}
+			continue
+		}
 		switch key {
 		case AnnotationInject:
 			if v != InjectTrue && v != InjectFalse {
@@ -299,6 +323,11 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(err)
 			}
 			s.SidecarKind = SidecarKind(v)
+		case AnnotationTokenSecret:
+			if err := validSecretName(v); err != nil {
+				return bad(err)
+			}
+			s.TokenSecret = v
 		case AnnotationEnvoyContainer:
 			if v == "" {
 				return bad(fmt.Errorf("empty container name"))
@@ -310,54 +339,6 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(fmt.Errorf("empty command"))
 			}
 			s.EnvoyCommand = words
-		case AnnotationAdminAddress:
-			if err := validAdmin(v); err != nil {
-				return bad(err)
-			}
-			s.AdminAddress = v
-		case AnnotationDrainDelay, AnnotationMinDrainDuration, AnnotationQuietPeriod, AnnotationDrainTimeout:
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return bad(fmt.Errorf("not a duration such as 5s or 1m30s"))
-			}
-			if d < 0 || key == AnnotationDrainTimeout && d == 0 {
-				return bad(fmt.Errorf("must be positive"))
-			}
-			switch key {
-			case AnnotationDrainDelay:
-				s.Drain.Delay = &d
-			case AnnotationMinDrainDuration:
-				s.Drain.MinDuration = &d
-			case AnnotationQuietPeriod:
-				s.Drain.QuietPeriod = &d
-			default:
-				s.Drain.Timeout = &d
-			}
-		case AnnotationMinOpenConnections:
-			n, err := strconv.ParseInt(v, 10, 64)
-			if err != nil || n < 0 {
-				return bad(fmt.Errorf("not a whole number >= 0"))
-			}
-			s.Drain.MinOpenConnections = &n
-		case AnnotationCount:
-			if err := validCount(v); err != nil {
-				return bad(err)
-			}
-			s.Drain.Count = v
-		case AnnotationListenerExclude:
-			var res []string
-			for line := range strings.SplitSeq(v, "\n") {
-				if line = strings.TrimSpace(line); line != "" {
-					res = append(res, line)
-				}
-			}
-			if len(res) == 0 {
-				return bad(fmt.Errorf("no regular expression"))
-			}
-			if err := validRegexps(res); err != nil {
-				return bad(err)
-			}
-			s.Drain.ListenerExclude = res
 		default:
 			return fmt.Errorf("annotation %s: unknown (known: %s)", key, strings.Join(knownAnnotations, ", "))
 		}
@@ -365,12 +346,15 @@ func (s *settings) annotations(a map[string]string) error {
 	return nil
 }
 
-var knownAnnotations = []string{
-	AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
-	AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationAdminAddress, AnnotationDrainDelay,
-	AnnotationMinDrainDuration, AnnotationQuietPeriod, AnnotationDrainTimeout, AnnotationMinOpenConnections, AnnotationCount,
-	AnnotationListenerExclude, AnnotationTakeover, AnnotationStatus,
-}
+// knownAnnotations: inject's own, then one per row of DrainSettings.
+var knownAnnotations = func() []string {
+	known := []string{AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
+		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTokenSecret, AnnotationTakeover, AnnotationStatus}
+	for _, d := range DrainSettings {
+		known = append(known, d.Annotation())
+	}
+	return known
+}()
 
 func oneOf[T ~string](v string, allowed ...T) error {
 	names := make([]string, len(allowed))
@@ -391,14 +375,6 @@ func validAdmin(v string) error {
 	return err
 }
 
-func validCount(v string) error {
-	if v == "" {
-		return nil
-	}
-	_, err := drain.ParseMode(v)
-	return err
-}
-
 func validRegexps(res []string) error {
 	for _, re := range res {
 		if _, err := regexp.Compile(re); err != nil {
@@ -415,13 +391,17 @@ func validPort(p int32) error {
 	return nil
 }
 
-func nonNegative(d *time.Duration) error {
-	if d != nil && *d < 0 {
-		return fmt.Errorf("%s is negative", *d)
+func sortedKeys(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(m))
+}
+
+// validSecretName: a Secret's name is a DNS subdomain.
+func validSecretName(v string) error {
+	if errs := validation.IsDNS1123Subdomain(v); len(errs) > 0 {
+		return fmt.Errorf("not a Secret's name: %s", strings.Join(errs, "; "))
 	}
 	return nil
 }
 
-func sortedKeys(m map[string]string) []string {
-	return slices.Sorted(maps.Keys(m))
-}
+// Annotations are the annotation keys inject accepts: its own, then one per row of DrainSettings.
+func Annotations() []string { return slices.Clone(knownAnnotations) }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -58,6 +59,10 @@ var goldenCases = []struct {
 		c.AdminAddress = "unix:///var/run/envoy/admin.sock"
 		c.Drain = Drain{Delay: dur("2s"), MinDuration: dur("0s"), QuietPeriod: dur("1s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
 	}},
+	// Every row of DrainSettings, from its example, in each mode.
+	{"flags-every-setting", everySetting},
+	{"flags-every-setting-sidecar", func(c *Config) { everySetting(c); c.Mode = ModeSidecar }},
+	{"flags-every-setting-agent", func(c *Config) { everySetting(c); c.Mode = ModeAgent }},
 	// Per-pod annotations, valid and not.
 	{"annotations-drain", nil},
 	{"annotations-agent", nil},
@@ -102,6 +107,9 @@ var goldenCases = []struct {
 	{"two-envoys", nil},
 	{"two-envoys-native-sidecar", nil},
 	{"sidecar-http-host-network", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"sidecar-http-token", func(c *Config) { c.Mode, c.Hook, c.TokenSecret = ModeSidecar, HookHTTP, "envoy-drain-token" }},
+	{"sidecar-http-host-network-token", func(c *Config) { c.Mode, c.Hook, c.TokenSecret = ModeSidecar, HookHTTP, "envoy-drain-token" }},
+	{"bad-annotation-token-secret", func(c *Config) { c.Mode = ModeSidecar }},
 	{"sidecar-host-network", func(c *Config) { c.Mode = ModeSidecar }},
 	{"grace-max", nil},
 	{"agent-grace-max", func(c *Config) { c.Mode = ModeAgent }},
@@ -128,6 +136,15 @@ var goldenCases = []struct {
 	{"multi-document", nil},
 	{"unsupported-api-version", nil},
 	{"unknown-field", nil},
+}
+
+// everySetting sets every row of DrainSettings to its example.
+func everySetting(c *Config) {
+	for _, d := range DrainSettings {
+		if err := d.Set(c, d.Example); err != nil {
+			panic(fmt.Sprintf("setting %s: example %q: %v", d.Name, d.Example, err))
+		}
+	}
 }
 
 // goldenTemplates are the --template-path flags of the cases that have some.

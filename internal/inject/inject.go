@@ -43,11 +43,16 @@ const (
 	BinaryPath = BinaryDir + "/shutdown-manager"
 	SocketDir  = "/run/shutdown-manager"
 	SocketURL  = "unix://" + SocketDir + "/api.sock"
+	// TokenDir holds the token (Config.TokenSecret's key TokenKey), in the sidecar and in Envoy's container.
+	TokenDir  = "/run/shutdown-manager-token"
+	TokenKey  = "token"
+	TokenFile = TokenDir + "/" + TokenKey
 
 	InstallContainer = "shutdown-manager-install" // init container: copies the binary (BinaryCopy)
 	SidecarContainer = "shutdown-manager"         // serve (ModeSidecar)
 	BinaryVolume     = "shutdown-manager-bin"     // emptyDir or image volume holding the binary
 	SocketVolume     = "shutdown-manager-run"     // emptyDir holding the sidecar's unix socket (HookExec)
+	TokenVolume      = "shutdown-manager-token"   // the Secret holding the token (HookHTTP with TokenSecret)
 
 	// runAsUser is the image's user: injected containers never run as root.
 	runAsUser = 65532
@@ -87,6 +92,11 @@ type Status struct {
 	CommandUnset bool `json:"commandWasUnset,omitempty"`
 	// Takeover: the peer's manager Inject removed (Config.Takeover), which Uninject puts back.
 	Takeover *Takeover `json:"takeover,omitempty"`
+	// Settings: every setting inject wrote into the pod that the fields above do not name, by its flag name
+	// (inject's, the annotation's) with its value in the annotations' syntax: the drain's flags (DrainSettings),
+	// and the image pull policy, the sidecar's ports (http hook) and agent mode's Envoy command when they were
+	// used. Re-injecting with another value changes the annotation.
+	Settings map[string]string `json:"settings,omitempty"`
 	// Empties: the fields a manifest wrote as null, {} or [] that the mutation filled, by JSON pointer into the
 	// pod template, with the value written; uninject writes each back where the field is missing again. Set by
 	// the manifest layer (keepEmpties): an object from the API server has no empty fields.
@@ -184,7 +194,8 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		spec.TerminationGracePeriodSeconds = &plan.grace
 	}
 
-	needBinary := set.Mode != ModeSidecar || set.Hook == HookExec
+	// The http hook with a token is an exec hook too (see the ModeSidecar case below): it needs the binary.
+	needBinary := set.Mode != ModeSidecar || set.Hook == HookExec || set.TokenSecret != ""
 	if needBinary {
 		st.BinaryFrom = set.BinaryFrom
 		st.Volumes = append(st.Volumes, BinaryVolume)
@@ -196,6 +207,9 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		st.Hook, st.SidecarKind = set.Hook, set.SidecarKind
 		if set.Hook == HookExec {
 			st.Volumes = append(st.Volumes, SocketVolume)
+		}
+		if set.TokenSecret != "" {
+			st.Volumes = append(st.Volumes, TokenVolume)
 		}
 		if set.SidecarKind == SidecarNative {
 			st.InitContainers = append(st.InitContainers, SidecarContainer)
@@ -214,7 +228,16 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			inits = append(inits, installContainer(set))
 		}
 	}
-	drainArgs := set.drainArgs()
+	drainArgs, recorded := set.drainArgs()
+	if set.ImagePullPolicy != "" {
+		recorded["image-pull-policy"] = string(set.ImagePullPolicy)
+	}
+	if set.Mode == ModeSidecar && set.Hook == HookHTTP {
+		recorded["port"], recorded["metrics-port"] = strconv.Itoa(int(set.Port)), strconv.Itoa(int(set.MetricsPort))
+		if set.TokenSecret != "" {
+			recorded["token-secret"] = set.TokenSecret
+		}
+	}
 	switch set.Mode {
 	case ModeHook:
 		args := append([]string{BinaryPath, "drain", "--log-output=envoy"}, drainArgs...)
@@ -240,6 +263,21 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			args = append(args, "--drain-timeout="+plan.timeout.String())
 			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
 			st.Env = addPodEnv(c)
+		} else if set.TokenSecret != "" {
+			// A token kubelet's httpGet could send would be written into the pod spec, for anyone who can read
+			// the pod: the hook is `drain --via` over the sidecar's port instead, with the token from the
+			// Secret, mounted read-only into both containers.
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: set.TokenSecret, Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}}},
+			}})
+			mount := corev1.VolumeMount{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true}
+			c.VolumeMounts = append(c.VolumeMounts, mount)
+			sc.VolumeMounts = append(sc.VolumeMounts, mount)
+			sc.Args = append(sc.Args, "--token-file="+TokenFile)
+			args := append([]string{BinaryPath, "drain", fmt.Sprintf("--via=http://127.0.0.1:%d", set.Port), "--token-file=" + TokenFile, "--log-output=envoy"}, drainArgs...)
+			args = append(args, "--drain-timeout="+plan.timeout.String())
+			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+			st.Env = addPodEnv(c)
 		} else {
 			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
 		}
@@ -256,6 +294,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 				return fmt.Errorf("container %q sets neither command nor args: agent mode needs Envoy's command line (set args, or command)", c.Name)
 			}
 			command, st.CommandUnset = set.EnvoyCommand, true
+			recorded["envoy-command"] = strings.Join(set.EnvoyCommand, " ")
 		}
 		wrapped := []string{BinaryPath, "run", "--termination-grace-period=" + agentGrace(plan.grace)}
 		wrapped = append(wrapped, drainArgs...)
@@ -266,6 +305,9 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		st.Env = addPodEnv(c)
 	}
 	addInitContainers(spec, envoy, inits)
+	if len(recorded) > 0 {
+		st.Settings = recorded
+	}
 
 	text, err := json.Marshal(st)
 	if err != nil {
@@ -278,31 +320,22 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 	return nil
 }
 
-// drainArgs are the drain flags that were set, in a fixed order (the drain timeout aside).
-func (s settings) drainArgs() []string {
+// drainArgs are the drain flags that were set, in DrainSettings' order (the drain timeout aside), and the
+// same settings for the status annotation, by name in the annotations' syntax (a list one item per line).
+func (s settings) drainArgs() ([]string, map[string]string) {
 	var args []string
-	if s.AdminAddress != "" {
-		args = append(args, "--admin-address="+s.AdminAddress)
+	recorded := map[string]string{}
+	for _, d := range DrainSettings {
+		values := d.values(&s.Config)
+		if d.Derived || len(values) == 0 {
+			continue
+		}
+		for _, v := range values {
+			args = append(args, "--"+d.DrainFlag()+"="+v)
+		}
+		recorded[d.Name] = strings.Join(values, "\n")
 	}
-	if d := s.Drain.Delay; d != nil {
-		args = append(args, "--drain-delay="+d.String())
-	}
-	if d := s.Drain.MinDuration; d != nil {
-		args = append(args, "--min-drain-duration="+d.String())
-	}
-	if d := s.Drain.QuietPeriod; d != nil {
-		args = append(args, "--quiet-period="+d.String())
-	}
-	if n := s.Drain.MinOpenConnections; n != nil {
-		args = append(args, "--min-open-connections="+strconv.FormatInt(*n, 10))
-	}
-	if s.Drain.Count != "" {
-		args = append(args, "--count="+s.Drain.Count)
-	}
-	for _, re := range s.Drain.ListenerExclude {
-		args = append(args, "--listener-exclude="+re)
-	}
-	return args
+	return args, recorded
 }
 
 // envoyRef is where Envoy's container is: spec.Containers[index], or spec.InitContainers[index] when Envoy
@@ -376,17 +409,17 @@ func nativeSidecar(c *corev1.Container) bool {
 //   - Agent mode with Envoy as a native sidecar: kubelet sends a native sidecar SIGTERM only after the pod's
 //     containers have exited, so `run` would start the drain late, in what is left of the grace period.
 //     Hook and sidecar modes are fine: a native sidecar's preStop hook runs at once, with the others'.
-//   - The http hook on the node's network (hostNetwork): the sidecar would serve /shutdown on that port of
-//     every address of the node, for anyone who reaches the node to drain Envoy. A token could guard it, but
-//     inject has none to give (kubelet's httpGet hook could only send one written into the pod spec for
-//     all to read); the exec hook has no port at all.
+//   - The http hook on the node's network (hostNetwork) without a token: the sidecar would serve /shutdown on
+//     that port of every address of the node, for anyone who reaches the node to drain Envoy. With
+//     Config.TokenSecret the API asks for the token, which only the pod's containers hold; the exec hook has no
+//     port at all.
 func checkPod(spec *corev1.PodSpec, envoy envoyRef, set settings) error {
 	c := envoy.in(spec)
 	if envoy.init && set.Mode == ModeAgent {
 		return fmt.Errorf("container %q is a native sidecar (an init container with restartPolicy Always): it gets SIGTERM only after the pod's other containers have exited, too late for agent mode's drain; use hook or sidecar mode", c.Name)
 	}
-	if spec.HostNetwork && set.Mode == ModeSidecar && set.Hook == HookHTTP {
-		return fmt.Errorf("the pod uses the node's network (hostNetwork): the http hook's sidecar would let anyone who reaches the node on port %d drain Envoy, and inject has no token to guard it; use the exec hook (a unix socket, no port)", set.Port)
+	if spec.HostNetwork && set.Mode == ModeSidecar && set.Hook == HookHTTP && set.TokenSecret == "" {
+		return fmt.Errorf("the pod uses the node's network (hostNetwork): the http hook's sidecar would let anyone who reaches the node on port %d drain Envoy; use the exec hook (a unix socket, no port), or guard the port with a token (--token-secret)", set.Port)
 	}
 	return nil
 }
@@ -440,7 +473,7 @@ func checkFree(spec *corev1.PodSpec, envoy *corev1.Container, st Status) error {
 		}
 	}
 	for _, vm := range envoy.VolumeMounts {
-		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir {
+		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir || vm.MountPath == TokenDir {
 			return fmt.Errorf("container %q already mounts %q at %s, which inject would add (no %s annotation)", envoy.Name, vm.Name, vm.MountPath, AnnotationStatus)
 		}
 	}

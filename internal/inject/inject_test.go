@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -237,7 +238,8 @@ func TestParseStatus(t *testing.T) {
 		t.Fatalf("no status after inject: %v %v", ok, err)
 	}
 	want := Status{Version: "v9", Image: "sm:1", Mode: ModeAgent, BinaryFrom: BinaryCopy, EnvoyContainer: "envoy", DrainTimeout: "23s",
-		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, Env: []string{podenv.Name, podenv.Namespace, podenv.UID}, CommandUnset: true}
+		InitContainers: []string{InstallContainer}, Volumes: []string{BinaryVolume}, Env: []string{podenv.Name, podenv.Namespace, podenv.UID}, CommandUnset: true,
+		Settings: map[string]string{"envoy-command": "envoy"}}
 	if !equality.Semantic.DeepEqual(st, want) {
 		t.Errorf("got %+v, want %+v", st, want)
 	}
@@ -306,4 +308,73 @@ func TestEmptyFieldsKept(t *testing.T) {
 	if !bytes.Contains(back, []byte("name: OWN")) || bytes.Contains(back, []byte("env: []")) {
 		t.Errorf("uninject wrote over a variable added after injection:\n%s", back)
 	}
+}
+
+// TestReinjectRecordsEverySetting: for every row of DrainSettings, re-injecting an injected pod with another
+// value changes the hook and the status annotation (which records the setting by name), and uninject gives back
+// the pod as it was before the first injection, in every mode.
+func TestReinjectRecordsEverySetting(t *testing.T) {
+	for _, mode := range []Mode{ModeHook, ModeSidecar, ModeAgent} {
+		for _, d := range DrainSettings {
+			t.Run(string(mode)+"/"+d.Name, func(t *testing.T) {
+				grace := int64(120)
+				meta := metav1.ObjectMeta{Name: "edge", Annotations: map[string]string{"team": "edge"}}
+				spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace,
+					Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Command: []string{"envoy"}, Args: []string{"-c", "/e.yaml"}}}}
+				plainMeta, plainSpec := meta.DeepCopy(), spec.DeepCopy()
+
+				cfg := Config{Image: "sm:1", Version: "v9", Mode: mode}
+				if err := Inject(&meta, &spec, cfg); err != nil {
+					t.Fatal(err)
+				}
+				before := meta.Annotations[AnnotationStatus]
+				if err := d.Set(&cfg, d.Example); err != nil {
+					t.Fatalf("example %q: %v", d.Example, err)
+				}
+				if err := Inject(&meta, &spec, cfg); err != nil {
+					t.Fatal(err)
+				}
+				after := meta.Annotations[AnnotationStatus]
+				if after == before {
+					t.Errorf("re-injecting with --%s=%s left the status annotation byte-identical: %s", d.Name, d.Example, after)
+				}
+				st, _, err := ParseStatus(&meta)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Derived && st.Settings[d.Name] != d.Example {
+					t.Errorf("status settings[%q] = %q, want %q (%s)", d.Name, st.Settings[d.Name], d.Example, after)
+				}
+				if d.Derived && st.DrainTimeout != d.Example {
+					t.Errorf("status drainTimeout = %q, want %q", st.DrainTimeout, d.Example)
+				}
+				if !d.Derived && !slices.Contains(drainCommand(mode, &spec), "--"+d.DrainFlag()+"="+d.Example) {
+					t.Errorf("the drain's command line %q has no --%s=%s", drainCommand(mode, &spec), d.DrainFlag(), d.Example)
+				}
+				if err := Uninject(&meta, &spec); err != nil {
+					t.Fatal(err)
+				}
+				if !equality.Semantic.DeepEqual(meta, *plainMeta) || !equality.Semantic.DeepEqual(spec, *plainSpec) {
+					t.Errorf("uninject after re-injecting did not give back the pod:\n%+v\n%+v\nwant\n%+v\n%+v", meta, spec, *plainMeta, *plainSpec)
+				}
+			})
+		}
+	}
+}
+
+// drainCommand is the command line that runs the drain in mode: Envoy's preStop hook, the sidecar's args, or
+// Envoy's wrapped command.
+func drainCommand(mode Mode, spec *corev1.PodSpec) []string {
+	switch mode {
+	case ModeSidecar:
+		for _, c := range slices.Concat(spec.InitContainers, spec.Containers) {
+			if c.Name == SidecarContainer {
+				return c.Args
+			}
+		}
+		return nil
+	case ModeAgent:
+		return spec.Containers[0].Command
+	}
+	return spec.Containers[0].Lifecycle.PreStop.Exec.Command
 }

@@ -45,7 +45,7 @@ var Refusals = []struct{ Name, Why string }{
 	{"envoy-without-prestop", "Envoy's container has a preStop hook: inject refuses it, and with --replace-hooks it records the old hook as JSON in the status annotation, which CEL cannot write"},
 	{"names-free", "a container, volume or Envoy mount already uses one of the names or paths inject adds: inject refuses it"},
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
-	{"no-host-network", "sidecar mode with --hook http: the pod uses the node's network (hostNetwork), where the sidecar's port would be the node's: inject refuses it"},
+	{"no-host-network", "sidecar mode with --hook http and no --token-secret: the pod uses the node's network (hostNetwork), where the sidecar's unguarded port would be the node's: inject refuses it"},
 	{"envoy-command-known", "agent mode: Envoy's container sets neither command nor args: inject refuses it"},
 }
 
@@ -322,7 +322,7 @@ func (g *generator) matchConditions() []admissionv1.MatchCondition {
 !object.spec.containers.exists(c, c.name in %[1]s) &&
 !(has(object.spec.volumes) && object.spec.volumes.exists(v, v.name in %[2]s)) &&
 object.spec.containers.all(c, %[3]s || !has(c.volumeMounts) || !c.volumeMounts.exists(m, m.name in %[2]s || m.mountPath in %[4]s))`,
-			celList(names), celList(g.status.Volumes), notEnvoy("c"), celList([]string{inject.BinaryDir, inject.SocketDir}))},
+			celList(names), celList(g.status.Volumes), notEnvoy("c"), celList([]string{inject.BinaryDir, inject.SocketDir, inject.TokenDir}))},
 	}
 	if g.status.Mode == inject.ModeSidecar && g.status.Hook == inject.HookHTTP {
 		var ports []string
@@ -340,7 +340,10 @@ object.spec.containers.all(c, %[3]s || !has(c.volumeMounts) || !c.volumeMounts.e
 		conds = append(conds, admissionv1.MatchCondition{Name: "ports-free", Expression: fmt.Sprintf(
 			`!(has(object.spec.initContainers) && object.spec.initContainers.exists(c, has(c.ports) && c.ports.exists(p, p.containerPort in %[1]s))) &&
 !object.spec.containers.exists(c, has(c.ports) && c.ports.exists(p, p.containerPort in %[1]s))`, in)},
-			admissionv1.MatchCondition{Name: "no-host-network", Expression: `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`})
+		)
+		if g.cfg.TokenSecret == "" {
+			conds = append(conds, admissionv1.MatchCondition{Name: "no-host-network", Expression: `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`})
+		}
 	}
 	if g.status.Mode == inject.ModeAgent {
 		conds = append(conds, admissionv1.MatchCondition{Name: "envoy-command-known", Expression: fmt.Sprintf(

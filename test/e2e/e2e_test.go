@@ -6,6 +6,8 @@ import (
 	"bufio"
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -93,7 +95,14 @@ var scenarios = []scenario{
 	{name: "lb-haproxy-http-retry-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod", lb: "http-retry", reportOnly: true},
 	{name: "kubeproxy-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod"},
 	{name: "kubeproxy-quiet-period-low-floor", inject: []string{"--mode=hook", "--min-drain-duration=1s"}, action: "lb-delete-pod"},
+	// The http hook guarded by a token from a Secret (docs/settings.md): the hook is drain --via the sidecar's port
+	// with the mounted token; two of the drain's settings ride along as annotations (webhook) or flags (cli).
+	{name: "sidecar-http-token-delete-pod", inject: []string{"--mode=sidecar", "--hook=http", "--token-secret=" + tokenSecret,
+		"--check-interval=100ms", "--drain-log-level=debug"}, action: "delete-pod"},
 }
+
+// tokenSecret is the Secret a scenario's --token-secret names; runScenario creates it, with a random token.
+const tokenSecret = "envoy-drain-token"
 
 // row is one scenario's line of the report.
 type row struct {
@@ -349,6 +358,13 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		t.Fatal(err)
 	}
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	if slices.Contains(s.inject, "--token-secret="+tokenSecret) {
+		token := make([]byte, 24)
+		if _, err := rand.Read(token); err != nil {
+			t.Fatal(err)
+		}
+		mustKubectl(ctx, t, c, "-n", ns, "create", "secret", "generic", tokenSecret, "--from-literal=token="+hex.EncodeToString(token))
+	}
 	if injectVia == "webhook" && (s.inject != nil || s.action == "webhook-down") {
 		mustKubectl(ctx, t, c, "label", "namespace", ns, inject.LabelInject+"="+inject.InjectEnabled)
 	}

@@ -88,6 +88,7 @@ func TestWebhook(t *testing.T) {
 		if err := inject.Inject(&admitted.ObjectMeta, &admitted.Spec, inject.Config{Image: testImage, Version: cli.Version}); err != nil {
 			t.Fatal(err)
 		}
+		inject.MountServiceAccount(&admitted.Spec) // as the webhook does after Inject (a sidecar's token mount)
 		containerDefaults(&admitted.Spec)
 		return admitted
 	}
@@ -123,6 +124,48 @@ func TestWebhook(t *testing.T) {
 				t.Errorf("pod %s not injected", pod.Name)
 			}
 			assertSamePod(t, got, expected(t, pod))
+		}
+	})
+
+	t.Run("every drain setting by annotation, and the token: stored as inject writes them, the status recording each", func(t *testing.T) {
+		annotated := func(name string, extra map[string]string) *corev1.Pod {
+			return envoy(name, func(p *corev1.Pod) {
+				p.Namespace = "opted"
+				if p.Annotations == nil {
+					p.Annotations = map[string]string{}
+				}
+				for _, d := range inject.DrainSettings {
+					p.Annotations[d.Annotation()] = d.Example
+				}
+				for k, v := range extra {
+					p.Annotations[k] = v
+				}
+			})
+		}
+		hook := annotated("every-setting", nil)
+		other := annotated("every-setting-other", map[string]string{inject.Prefix + "min-drain-duration": "20s"})
+		token := annotated("every-setting-token", map[string]string{
+			inject.AnnotationMode: string(inject.ModeSidecar), inject.AnnotationHook: string(inject.HookHTTP), inject.AnnotationTokenSecret: "envoy-drain-token"})
+		var statuses []inject.Status
+		for _, pod := range []*corev1.Pod{hook, other, token} {
+			got := decodePod(t, create(t, api, pod).stdout)
+			assertSamePod(t, got, expected(t, pod))
+			st, ok, err := inject.ParseStatus(&got.ObjectMeta)
+			if !ok || err != nil {
+				t.Fatalf("pod %s: no status: %v", pod.Name, err)
+			}
+			statuses = append(statuses, st)
+		}
+		for _, d := range inject.DrainSettings {
+			if got := statuses[0].Settings[d.Name]; !d.Derived && got != d.Example {
+				t.Errorf("status settings[%s] = %q, want %q", d.Name, got, d.Example)
+			}
+		}
+		if got := statuses[1].Settings["min-drain-duration"]; got != "20s" {
+			t.Errorf("the pod annotated min-drain-duration 20s has status settings[min-drain-duration] = %q", got)
+		}
+		if got := statuses[2].Settings["token-secret"]; got != "envoy-drain-token" {
+			t.Errorf("the pod with a token has status settings[token-secret] = %q", got)
 		}
 	})
 
@@ -338,8 +381,9 @@ func assertSamePod(t *testing.T, got, want *corev1.Pod) {
 	}
 }
 
-// containerDefaults sets the defaults the API server gives the containers a webhook added (it decodes the
-// patched object again, with defaulting): the ones this test's images get.
+// containerDefaults sets the defaults the API server gives the containers and volumes a webhook added (it
+// decodes the patched object again, with defaulting): the ones this test's images, the http hook's probe and the
+// token's Secret volume get.
 func containerDefaults(spec *corev1.PodSpec) {
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
@@ -353,6 +397,22 @@ func containerDefaults(spec *corev1.PodSpec) {
 			if c.ImagePullPolicy == "" && !strings.HasSuffix(c.Image, ":latest") {
 				c.ImagePullPolicy = corev1.PullIfNotPresent
 			}
+			if p := c.LivenessProbe; p != nil { // the http hook's sidecar
+				if p.TimeoutSeconds == 0 {
+					p.TimeoutSeconds = 1
+				}
+				if p.SuccessThreshold == 0 {
+					p.SuccessThreshold = 1
+				}
+				if p.HTTPGet != nil && p.HTTPGet.Scheme == "" {
+					p.HTTPGet.Scheme = corev1.URISchemeHTTP
+				}
+			}
+		}
+	}
+	for i := range spec.Volumes { // the token's Secret (the http hook with a token)
+		if v := spec.Volumes[i].Secret; v != nil && v.DefaultMode == nil {
+			v.DefaultMode = new(corev1.SecretVolumeSourceDefaultMode)
 		}
 	}
 }

@@ -83,6 +83,25 @@ var goldenSettings = map[string]func(*inject.Config){
 	"sidecar-http-host-network":        func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP },
 	"sidecar-host-network":             func(c *inject.Config) { c.Mode = inject.ModeSidecar },
 	"agent-grace-max":                  func(c *inject.Config) { c.Mode = inject.ModeAgent },
+	"flags-every-setting":              everySetting,
+	"flags-every-setting-sidecar":      func(c *inject.Config) { everySetting(c); c.Mode = inject.ModeSidecar },
+	"flags-every-setting-agent":        func(c *inject.Config) { everySetting(c); c.Mode = inject.ModeAgent },
+	"sidecar-http-token": func(c *inject.Config) {
+		c.Mode, c.Hook, c.TokenSecret = inject.ModeSidecar, inject.HookHTTP, "envoy-drain-token"
+	},
+	"sidecar-http-host-network-token": func(c *inject.Config) {
+		c.Mode, c.Hook, c.TokenSecret = inject.ModeSidecar, inject.HookHTTP, "envoy-drain-token"
+	},
+	"bad-annotation-token-secret": func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+}
+
+// everySetting sets every row of inject.DrainSettings to its example (as internal/inject's golden case does).
+func everySetting(c *inject.Config) {
+	for _, d := range inject.DrainSettings {
+		if err := d.Set(c, d.Example); err != nil {
+			panic(fmt.Sprintf("setting %s: example %q: %v", d.Name, d.Example, err))
+		}
+	}
 }
 
 // refused are the golden inputs (by file name) whose pods inject injects but the policy refuses, and why

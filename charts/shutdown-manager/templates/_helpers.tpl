@@ -74,6 +74,9 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- end }}
 - {{ printf "--port=%v" (int64 $i.port) | quote }}
 - {{ printf "--metrics-port=%v" (int64 $i.metricsPort) | quote }}
+{{- with $i.tokenSecret }}
+- {{ printf "--token-secret=%v" . | quote }}
+{{- end }}
 {{- if $i.replaceHooks }}
 - --replace-hooks
 {{- end }}
@@ -100,5 +103,26 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- end }}
 {{- range $i.listenerExclude }}
 - {{ printf "--listener-exclude=%v" . | quote }}
+{{- end }}
+{{- range $i.listenerInclude }}
+- {{ printf "--listener-include=%v" . | quote }}
+{{- end }}
+{{- with $i.drainListeners }}
+- {{ printf "--drain-listeners=%v" . | quote }}
+{{- end }}
+{{- with $i.checkInterval }}
+- {{ printf "--check-interval=%v" . | quote }}
+{{- end }}
+{{- with $i.envoyGoneAfter }}
+- {{ printf "--envoy-gone-after=%v" . | quote }}
+{{- end }}
+{{- with $i.adminTimeout }}
+- {{ printf "--admin-timeout=%v" . | quote }}
+{{- end }}
+{{- with $i.drainLogLevel }}
+- {{ printf "--drain-log-level=%v" . | quote }}
+{{- end }}
+{{- with $i.drainLogFormat }}
+- {{ printf "--drain-log-format=%v" . | quote }}
 {{- end }}
 {{- end -}}

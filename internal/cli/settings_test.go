@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+)
+
+// drainCommandFlags are the flag sets of the commands inject writes into pods: drain (hook mode, the exec hooks),
+// serve (the sidecar) and run (agent mode).
+func drainCommandFlags() map[string]*flag.FlagSet {
+	sets := map[string]*flag.FlagSet{}
+	{
+		fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+		var df drainFlags
+		var lf logFlags
+		df.register(fs)
+		lf.register(fs)
+		fs.String("progress", "", "")
+		fs.String("via", "", "")
+		fs.String("token-file", "", "")
+		sets["drain"] = fs
+	}
+	{
+		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+		var df drainFlags
+		var lf logFlags
+		var af apiFlags
+		df.register(fs)
+		lf.register(fs)
+		af.register(fs)
+		fs.String("listen", "", "")
+		fs.Duration("trigger-wait", 0, "")
+		sets["serve"] = fs
+	}
+	{
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		var rf runFlags
+		rf.register(fs)
+		sets["run"] = fs
+	}
+	return sets
+}
+
+// TestDrainFlagsCarried: every row of inject.DrainSettings names a flag of drain, serve and run that accepts the
+// row's example, and is a flag of inject, webhook and policy under the row's name; every flag of drain, serve and
+// run is a row's or is in inject.NotCarried (which says why), and nothing else is.
+func TestDrainFlagsCarried(t *testing.T) {
+	sets := drainCommandFlags()
+	for _, cmd := range []string{"drain", "serve", "run"} {
+		if err := checkFlagSetMatchesCommand(cmd, sets[cmd]); err != nil {
+			t.Error(err)
+		}
+	}
+	var notCarried []string
+	for _, n := range inject.NotCarried {
+		notCarried = append(notCarried, n.Flag)
+	}
+	for name, fs := range sets {
+		for _, d := range inject.DrainSettings {
+			if fs.Lookup(d.DrainFlag()) == nil {
+				t.Errorf("%s has no --%s (inject.DrainSettings row %s)", name, d.DrainFlag(), d.Name)
+				continue
+			}
+			if err := fs.Set(d.DrainFlag(), d.Example); err != nil {
+				t.Errorf("%s --%s=%s: %v", name, d.DrainFlag(), d.Example, err)
+			}
+		}
+		fs.VisitAll(func(f *flag.Flag) {
+			carried := slices.ContainsFunc(inject.DrainSettings, func(d inject.DrainSetting) bool { return d.DrainFlag() == f.Name })
+			if !carried && !slices.Contains(notCarried, f.Name) {
+				t.Errorf("%s --%s is neither carried by inject (inject.DrainSettings) nor in inject.NotCarried with the reason", name, f.Name)
+			}
+		})
+	}
+	for _, n := range notCarried {
+		if !slices.ContainsFunc([]string{"drain", "serve", "run"}, func(cmd string) bool { return sets[cmd].Lookup(n) != nil }) {
+			t.Errorf("inject.NotCarried names --%s, which drain, serve and run do not have", n)
+		}
+	}
+	for _, cmd := range []struct {
+		name     string
+		register func(*flag.FlagSet)
+	}{
+		{"inject", func(fs *flag.FlagSet) { var f injectFlags; f.register(fs) }},
+		{"webhook", func(fs *flag.FlagSet) { var f injectFlags; var lf logFlags; f.register(fs); lf.register(fs) }},
+		{"policy", func(fs *flag.FlagSet) { var f injectFlags; f.register(fs) }},
+	} {
+		fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
+		cmd.register(fs)
+		for _, d := range inject.DrainSettings {
+			if fs.Lookup(d.Name) == nil {
+				t.Errorf("%s has no --%s", cmd.name, d.Name)
+			}
+		}
+	}
+}
+
+var helpFlagRE = regexp.MustCompile(`(?m)^  --?([a-z][a-z0-9-]*)`)
+
+// checkFlagSetMatchesCommand: fs has exactly the flags the command's own help lists (so that the flag sets
+// above are the commands').
+func checkFlagSetMatchesCommand(cmd string, fs *flag.FlagSet) error {
+	var stdout, stderr bytes.Buffer
+	Run(context.Background(), []string{cmd, "-h"}, nil, &stdout, &stderr)
+	var help, ours []string
+	for _, m := range helpFlagRE.FindAllStringSubmatch(stdout.String(), -1) {
+		help = append(help, m[1])
+	}
+	fs.VisitAll(func(f *flag.Flag) { ours = append(ours, f.Name) })
+	slices.Sort(help)
+	if !slices.Equal(help, ours) {
+		return fmt.Errorf("%s -h lists the flags %q; the test's flag set has %q", cmd, help, ours)
+	}
+	return nil
+}
