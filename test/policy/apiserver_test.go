@@ -25,6 +25,7 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/policy"
 )
 
@@ -506,8 +507,13 @@ func TestSelection(t *testing.T) {
 			got.Spec.InitContainers[0].Image != "shutdown-manager:dev" {
 			t.Errorf("pod %s/%s: init containers %+v, want only %s with image shutdown-manager:dev", tc.ns, tc.pod.Name, got.Spec.InitContainers, inject.InstallContainer)
 		}
-		if c := got.Spec.Containers[0]; c.Lifecycle == nil || c.Lifecycle.PreStop == nil || len(c.Env) != 2 {
-			t.Errorf("pod %s/%s: Envoy's container %+v, want our preStop hook and two variables", tc.ns, tc.pod.Name, c)
+		c := got.Spec.Containers[0]
+		var env []string
+		for _, e := range c.Env {
+			env = append(env, e.Name)
+		}
+		if want := []string{podenv.Name, podenv.Namespace, podenv.UID}; c.Lifecycle == nil || c.Lifecycle.PreStop == nil || !slices.Equal(env, want) {
+			t.Errorf("pod %s/%s: Envoy's container %+v, want our preStop hook and the variables %v", tc.ns, tc.pod.Name, c, want)
 		}
 	}
 }
