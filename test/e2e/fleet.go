@@ -307,6 +307,22 @@ func (n *Node) teardown(tb testing.TB) {
 			tb.Errorf("teardown of %s: the containers did not stop: %v", n.Name, err)
 		}
 	}
+	if n.kubelet != nil && !n.kubelet.Running() {
+		tb.Errorf("teardown of %s: its kubelet had exited (%v): %s", n.Name, n.kubelet.Wait(), n.kubelet.LogEnd(10))
+		// Nothing will end its pods: their objects go, their containers with containerd below.
+		_, _ = c.kubectl(ctx, "delete", "pods", "--all", "-A", "--field-selector=spec.nodeName="+n.Name, "--force", "--grace-period=0")
+	}
+	if n.containerd != nil && n.containerd.Running() {
+		// Containers no kubelet ended (its kubelet had exited, or the wait ran out) are killed, not left behind
+		// with their shims.
+		out, _ := n.ctr(ctx, "tasks", "ls", "-q")
+		for _, id := range strings.Fields(out) {
+			tb.Logf("teardown of %s: killing the container %s", n.Name, id)
+			if out, err := n.ctr(ctx, "tasks", "rm", "-f", id); err != nil {
+				tb.Errorf("teardown of %s: %v: %s", n.Name, err, out)
+			}
+		}
+	}
 	for _, p := range []*testproc.Proc{n.kubeProxy, n.kubelet, n.containerd} {
 		if p != nil {
 			p.Stop(10 * time.Second)
@@ -375,20 +391,39 @@ func (n *Node) Dial(ctx context.Context, network, addr string) (net.Conn, error)
 	}
 	res := make(chan result, 1)
 	go func() {
-		// The thread enters the namespace and is never unlocked: it ends with the goroutine, and no other
-		// goroutine runs in that namespace by mistake. The socket stays in the namespace it was made in.
+		// The thread enters the namespace and comes back before it is unlocked. A locked thread must not be left
+		// to end: testproc starts the cluster's processes with a parent-death signal, which the kernel sends when
+		// the thread that forked them ends (a node's kubelet and kube-proxy died so in the first run).
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			res <- result{nil, err}
+			return
+		}
+		defer home.Close()
 		f, err := os.Open(n.netns)
 		if err != nil {
+			runtime.UnlockOSThread()
 			res <- result{nil, err}
 			return
 		}
 		defer f.Close()
 		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			runtime.UnlockOSThread()
 			res <- result{nil, fmt.Errorf("setns %s: %w", n.netns, err)}
 			return
 		}
 		c, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+		if berr := unix.Setns(int(home.Fd()), unix.CLONE_NEWNET); berr != nil {
+			// Stays locked (and ends with the goroutine) rather than run other goroutines in the node's namespace.
+			if c != nil {
+				c.Close()
+			}
+			res <- result{nil, fmt.Errorf("setns back from %s: %w", n.netns, berr)}
+			return
+		}
+		runtime.UnlockOSThread()
 		res <- result{c, err}
 	}()
 	select {
