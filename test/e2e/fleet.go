@@ -363,7 +363,27 @@ func (n *Node) teardown(tb testing.TB) {
 // removeCgroups removes the node's cgroup root in every hierarchy, deepest first.
 func (n *Node) removeCgroups() []error {
 	var errs []error
-	for _, h := range cgroupHierarchies() {
+	// A process still in the node's cgroups (a container nothing ended) is killed by its PID first.
+	_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/pids", n.cgroup), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(b)) {
+			pid, _ := strconv.Atoi(f)
+			if pid > 0 {
+				errs = append(errs, fmt.Errorf("process %d was left in %s: killed", pid, filepath.Dir(p)))
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		return nil
+	})
+	if len(errs) > 0 {
+		time.Sleep(time.Second) // the kernel empties the cgroups of the killed processes
+	}
+	// Every hierarchy, the unified one too: kubelet makes its cgroups there as well on this hybrid layout.
+	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
+	for _, h := range roots {
 		top := filepath.Join(h, n.cgroup)
 		var dirs []string
 		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
