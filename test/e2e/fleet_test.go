@@ -28,14 +28,18 @@ type fleetScenario struct {
 }
 
 // fleetQuiet is the quiet period the injected pods hold for: its end says how long new traffic kept coming to each
-// terminating pod after its health checks failed.
+// terminating pod after its health checks failed. The minimum drain duration is shorter than it (1 s), so that
+// the quiet period's end is not hidden behind the floor (the default 5 s floor ended every quiet period at 5 s).
 const fleetQuiet = 2 * time.Second
 
+// fleetInject is how the fleet's Envoy pods are injected (shutdown-manager inject).
+var fleetInject = []string{"--mode=hook", "--quiet-period=" + fleetQuiet.String(), "--min-drain-duration=1s"}
+
 var fleetScenarios = []fleetScenario{
-	{name: "fleet-hook-delete-pods", inject: []string{"--mode=hook", "--quiet-period=" + fleetQuiet.String()}, action: "delete-pods"},
-	{name: "fleet-hook-rollout", inject: []string{"--mode=hook", "--quiet-period=" + fleetQuiet.String()}, action: "rollout"},
+	{name: "fleet-hook-delete-pods", inject: fleetInject, action: "delete-pods"},
+	{name: "fleet-hook-rollout", inject: fleetInject, action: "rollout"},
 	{name: "fleet-control-delete-pods", inject: nil, action: "delete-pods", control: true},
-	{name: "fleet-hook-drain-node", inject: []string{"--mode=hook", "--quiet-period=" + fleetQuiet.String()}, action: "drain-node"},
+	{name: "fleet-hook-drain-node", inject: fleetInject, action: "drain-node"},
 }
 
 // spreadEdit spreads the Envoy pods over the nodes, one per node, each revision on its own (a rollout's new pods
@@ -327,7 +331,7 @@ func writeFleetReport(path string, names []string, rows []fleetRow, took time.Du
 		"the others each a network namespace with its own containerd, kubelet (own cgroup root) and kube-proxy (test/e2e/fleet.go).\n\n")
 	b.WriteString("Each scenario: an Envoy Deployment of three pods, one per node (topology spread), a PodDisruptionBudget " +
 		"(maxUnavailable 1), its ClusterIP Service; from every node, through that node's kube-proxy, 3 keep-alive clients (GET / " +
-		"every 20 ms) and 5 clients of " + LongRequest.String() + " requests. Injected pods: `--mode=hook --quiet-period=" + fleetQuiet.String() + "`. " +
+		"every 20 ms) and 5 clients of " + LongRequest.String() + " requests. Injected pods: `shutdown-manager inject " + strings.Join(fleetInject, " ") + "`. " +
 		"*New traffic after HC failed*: the quiet period's end (as the manager logged it) minus the period: how long new " +
 		"connections or requests kept reaching the terminating pod after its health checks failed.\n\n")
 	b.WriteString("| scenario | node | requests (sent / failed) | errors | ended pod on the node: drain; quiet period | new traffic after HC failed | pass |\n")
