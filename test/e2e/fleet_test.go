@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +35,13 @@ const fleetQuiet = 2 * time.Second
 
 // fleetInject is how the fleet's Envoy pods are injected (shutdown-manager inject).
 var fleetInject = []string{"--mode=hook", "--quiet-period=" + fleetQuiet.String(), "--min-drain-duration=1s"}
+
+// fleetReplicas: two Envoy pods per node. With one per node, deleting the three at once left the Service without a
+// ready endpoint until the replacements were ready: kube-proxy then rejected new connections (347 "connection
+// refused" of 8,748 requests on 2026-11-25, an outage no drain can prevent), and kept sending new connections to the
+// terminating pods up to 1.8 s after their health checks failed (it falls back to terminating endpoints when no
+// other is ready).
+const fleetReplicas = 6
 
 var fleetScenarios = []fleetScenario{
 	{name: "fleet-hook-delete-pods", inject: fleetInject, action: "delete-pods"},
@@ -157,7 +165,7 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 	dials map[string]func(context.Context, string, string) (net.Conn, error)) fleetRow {
 	r := fleetRow{s: s}
 	ns := "e2e-" + s.name
-	text, err := envoyManifestsWith(ctx, root, manager, s.inject, spreadEdit)
+	text, err := envoyManifestsWith(ctx, root, manager, s.inject, append([]replacement{{"replicas: 3", fmt.Sprintf("replicas: %d", fleetReplicas)}}, spreadEdit...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +180,8 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
 	byNode := podsByNode(ctx, t, c, ns)
 	for _, n := range names {
-		if len(byNode[n]) != 1 {
-			t.Fatalf("want one Envoy pod on each node, have %v", byNode)
+		if len(byNode[n]) != fleetReplicas/len(names) {
+			t.Fatalf("want %d Envoy pods on each node, have %v", fleetReplicas/len(names), byNode)
 		}
 	}
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
@@ -206,8 +214,12 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 		if s.action == "drain-node" && n != names[1] {
 			continue
 		}
-		victims = append(victims, byNode[n]...)
-		for _, p := range byNode[n] {
+		ended := byNode[n]
+		if s.action == "delete-pods" {
+			ended = ended[:1] // the other pod of the node stays: the Service keeps ready endpoints
+		}
+		victims = append(victims, ended...)
+		for _, p := range ended {
 			victimNode[p] = n
 		}
 	}
@@ -329,7 +341,7 @@ func writeFleetReport(path string, names []string, rows []fleetRow, took time.Du
 	fmt.Fprintf(&b, "Written by `make e2e-fleet` (test/e2e/fleet_test.go) on %s, %s in all.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
 	b.WriteString("Nodes: " + strings.Join(names, ", ") + ". " + names[0] + " is the host's network namespace (the control plane's node); " +
 		"the others each a network namespace with its own containerd, kubelet (own cgroup root) and kube-proxy (test/e2e/fleet.go).\n\n")
-	b.WriteString("Each scenario: an Envoy Deployment of three pods, one per node (topology spread), a PodDisruptionBudget " +
+	b.WriteString("Each scenario: an Envoy Deployment of " + strconv.Itoa(fleetReplicas) + " pods, two per node (topology spread), a PodDisruptionBudget " +
 		"(maxUnavailable 1), its ClusterIP Service; from every node, through that node's kube-proxy, 3 keep-alive clients (GET / " +
 		"every 20 ms) and 5 clients of " + LongRequest.String() + " requests. Injected pods: `shutdown-manager inject " + strings.Join(fleetInject, " ") + "`. " +
 		"*New traffic after HC failed*: the quiet period's end (as the manager logged it) minus the period: how long new " +
