@@ -26,6 +26,8 @@ type fleetScenario struct {
 	inject  []string // nil: not injected (the negative control)
 	action  string   // "delete-pods" (one pod per node, all at once), "rollout", "drain-node" (kubectl drain of node 2)
 	control bool
+	// daemonSet: Envoy as a DaemonSet (one pod per node) instead of the spread Deployment.
+	daemonSet bool
 }
 
 // fleetQuiet is the quiet period the injected pods hold for: its end says how long new traffic kept coming to each
@@ -48,7 +50,20 @@ var fleetScenarios = []fleetScenario{
 	{name: "fleet-hook-rollout", inject: fleetInject, action: "rollout"},
 	{name: "fleet-control-delete-pods", inject: nil, action: "delete-pods", control: true},
 	{name: "fleet-hook-drain-node", inject: fleetInject, action: "drain-node"},
+	// What docs/e2e-fleet.md recommends for a DaemonSet's pod, which kubectl drain skips: a NoExecute taint the
+	// DaemonSet does not tolerate ends it with its grace period (the manager drains it) and keeps it off the node.
+	{name: "fleet-hook-daemonset-taint", inject: fleetInject, action: "taint-node", daemonSet: true},
 }
+
+// daemonSetEdit makes deploy/'s Deployment a DaemonSet: no replicas, its rolling update as the DaemonSet's.
+var daemonSetEdit = []replacement{
+	{"kind: Deployment\n", "kind: DaemonSet\n"},
+	{"  replicas: 3\n", ""},
+	{"  strategy:\n", "  updateStrategy:\n"},
+}
+
+// maintenanceTaint is the taint of the taint-node scenario.
+const maintenanceTaint = "smgr-e2e/maintenance=:NoExecute"
 
 // spreadEdit spreads the Envoy pods over the nodes, one per node, each revision on its own (a rollout's new pods
 // spread too); a cordoned node does not count (nodeTaintsPolicy Honor), so that a drained node's pod can go to
@@ -165,7 +180,12 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 	dials map[string]func(context.Context, string, string) (net.Conn, error)) fleetRow {
 	r := fleetRow{s: s}
 	ns := "e2e-" + s.name
-	text, err := envoyManifestsWith(ctx, root, manager, s.inject, append([]replacement{{"replicas: 3", fmt.Sprintf("replicas: %d", fleetReplicas)}}, spreadEdit...))
+	workload, perNode := "deployment/envoy", fleetReplicas/len(names)
+	edits := append([]replacement{{"replicas: 3", fmt.Sprintf("replicas: %d", fleetReplicas)}}, spreadEdit...)
+	if s.daemonSet {
+		workload, perNode, edits = "daemonset/envoy", 1, daemonSetEdit
+	}
+	text, err := envoyManifestsWith(ctx, root, manager, s.inject, edits)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,14 +194,15 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		_, _ = c.kubectl(cctx, "uncordon", names[1])
+		_, _ = c.kubectl(cctx, "taint", "node", names[1], strings.TrimSuffix(maintenanceTaint, "=:NoExecute")+":NoExecute-")
 		_, _ = c.kubectl(cctx, "delete", "namespace", ns, "--wait=false")
 	})
 	applyText(ctx, t, c, ns, text+"\n---\n"+fleetPDB)
-	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", workload, "--timeout=300s")
 	byNode := podsByNode(ctx, t, c, ns)
 	for _, n := range names {
-		if len(byNode[n]) != fleetReplicas/len(names) {
-			t.Fatalf("want %d Envoy pods on each node, have %v", fleetReplicas/len(names), byNode)
+		if len(byNode[n]) != perNode {
+			t.Fatalf("want %d Envoy pods on each node, have %v", perNode, byNode)
 		}
 	}
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
@@ -211,7 +232,7 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 	var victims []string
 	victimNode := map[string]string{}
 	for _, n := range names {
-		if s.action == "drain-node" && n != names[1] {
+		if (s.action == "drain-node" || s.action == "taint-node") && n != names[1] {
 			continue
 		}
 		ended := byNode[n]
@@ -240,11 +261,28 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 		// Evictions through the PodDisruptionBudget; the Envoy pod's replacement goes to another node.
 		out := mustKubectl(ctx, t, c, "drain", names[1], "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=4m")
 		t.Logf("kubectl drain %s:\n%s", names[1], out)
+	case "taint-node":
+		// kubectl drain first, as an operator does: it cordons the node and skips the DaemonSet's pod, which stays.
+		out := mustKubectl(ctx, t, c, "drain", names[1], "--ignore-daemonsets", "--delete-emptydir-data", "--timeout=4m")
+		t.Logf("kubectl drain %s:\n%s", names[1], out)
+		if got := podsByNode(ctx, t, c, ns)[names[1]]; len(got) != 1 {
+			t.Fatalf("after kubectl drain --ignore-daemonsets, the DaemonSet's pods on %s: %v, want the one it skipped", names[1], got)
+		}
+		mustKubectl(ctx, t, c, "taint", "node", names[1], maintenanceTaint)
 	}
 	for _, p := range victims {
 		waitGone(ctx, t, c, ns, p)
 	}
 	r.gone = time.Since(began)
+	if s.action == "taint-node" {
+		// The DaemonSet must not put a pod back on the tainted node.
+		if !wait(ctx, 3*time.Second) {
+			t.Fatal("interrupted")
+		}
+		if got := podsByNode(ctx, t, c, ns)[names[1]]; len(got) != 0 {
+			t.Errorf("the DaemonSet put %v back on the tainted node %s", got, names[1])
+		}
+	}
 	if !wait(ctx, 2*time.Second) {
 		t.Fatal("interrupted")
 	}
@@ -345,7 +383,10 @@ func writeFleetReport(path string, names []string, rows []fleetRow, took time.Du
 		"(maxUnavailable 1), its ClusterIP Service; from every node, through that node's kube-proxy, 3 keep-alive clients (GET / " +
 		"every 20 ms) and 5 clients of " + LongRequest.String() + " requests. Injected pods: `shutdown-manager inject " + strings.Join(fleetInject, " ") + "`. " +
 		"*New traffic after HC failed*: the quiet period's end (as the manager logged it) minus the period: how long new " +
-		"connections or requests kept reaching the terminating pod after its health checks failed.\n\n")
+		"connections or requests kept reaching the terminating pod after its health checks failed. " +
+		"fleet-hook-daemonset-taint: the same Envoy as a DaemonSet (one pod per node); `kubectl drain` of " + names[1] +
+		" (which skips the DaemonSet's pod), then `kubectl taint node " + names[1] + " " + maintenanceTaint +
+		"`: the pod must drain with 0 failed and not come back.\n\n")
 	b.WriteString("| scenario | node | requests (sent / failed) | errors | ended pod on the node: drain; quiet period | new traffic after HC failed | pass |\n")
 	b.WriteString("|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {
