@@ -8,7 +8,7 @@ COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION) -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=$(COMMIT)
 FUZZTIME ?= 10s
 
-.PHONY: all build image image-push release envoy kube helm demo bench bench-sweep bench-webhook test unit integration apiserver fuzz vet clean deploy e2e
+.PHONY: all build image image-push release envoy kube helm demo bench bench-sweep bench-webhook test unit integration apiserver fuzz vet clean deploy e2e e2e-fleet
 
 all: build
 
@@ -79,6 +79,11 @@ bench-sweep:
 # the Kubernetes binaries and containerd into the versioned cache. Writes test/e2e/results/REPORT.md.
 e2e:
 	./scripts/e2e.sh
+
+# The same cluster with two more nodes (each a network namespace with its own containerd, kubelet and kube-proxy):
+# the fleet scenarios of test/e2e/fleet_test.go. Writes test/e2e/results/FLEET.md. Not in CI (see the report).
+e2e-fleet:
+	E2E_FLEET=1 ./scripts/e2e.sh
 
 # The webhook at 500 admissions/s for 20 s, three runs, each with a fresh process (bench/webhookload): latency
 # percentiles as the API server would see them (TLS, HTTP/2), RSS and CPU per admission. Writes

@@ -212,10 +212,20 @@ func pause(ctx context.Context, d time.Duration, failed bool) bool {
 // GET silently when a reused connection turns out to be closed; KeepAlive
 // prevents that (see noRetryBody), so each such race counts as a failure.
 func KeepAlive(ctx context.Context, addr string, conns int, interval time.Duration, path string) *Load {
+	return KeepAliveVia(ctx, nil, addr, conns, interval, path)
+}
+
+// KeepAliveVia is KeepAlive with the clients' connections opened by dial (nil: a plain net.Dialer), for
+// instance from another network namespace.
+func KeepAliveVia(ctx context.Context, dial func(ctx context.Context, network, addr string) (net.Conn, error),
+	addr string, conns int, interval time.Duration, path string) *Load {
 	u := "http://" + addr + path
 	timeout := RequestTimeout + sleepOf(path)
 	return startLoad(ctx, conns, func(ctx context.Context, l *Load) {
 		t := newHTTP1Transport(1)
+		if dial != nil {
+			t.DialContext = dial
+		}
 		defer t.CloseIdleConnections()
 		for l.sending(ctx) {
 			ok := l.request(ctx, t, u, timeout, true)

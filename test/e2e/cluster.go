@@ -663,8 +663,17 @@ func (c *Cluster) InterfereWithHostNetns(tb testing.TB) {
 	})
 }
 
-// ours are the path prefixes that make a process the cluster's (see takeSnapshot).
-func (c *Cluster) ours() []string { return []string{c.Dir, c.kubeBin, c.ctrdBin} }
+// ours are the path prefixes that make a process the cluster's (see takeSnapshot): its run directory, the API
+// server's directory (etcd's data, the kubeconfig every kubectl and controller names) and containerd's binaries.
+// Not the Kubernetes binaries' directory: it is a cache shared with every `go test ./test/kube` on the machine,
+// whose etcd and kube-apiserver came and went during runs and failed the host check though nothing was ours.
+func (c *Cluster) ours() []string {
+	o := []string{c.Dir, c.ctrdBin}
+	if c.API != nil {
+		o = append(o, filepath.Dir(c.API.Kubeconfig))
+	}
+	return o
+}
 
 // checkHost compares the host with the snapshot taken before the cluster started and fails the test for every
 // difference left after the teardown (a pass, a failure or an interrupt alike): mounts, network namespaces,

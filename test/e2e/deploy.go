@@ -95,6 +95,11 @@ func readEdited(root, rel string, edits ...[]replacement) (string, error) {
 // the Deployment, the latter injected by `shutdown-manager inject` with injectArgs (nil: the plain Deployment,
 // the negative control).
 func envoyManifests(ctx context.Context, root, manager string, injectArgs []string) (string, error) {
+	return envoyManifestsWith(ctx, root, manager, injectArgs, nil)
+}
+
+// envoyManifestsWith is envoyManifests with depEdits made to the Deployment before it is injected.
+func envoyManifestsWith(ctx context.Context, root, manager string, injectArgs []string, depEdits []replacement) (string, error) {
 	cfg, err := readEdited(root, "deploy/common/envoy-config.yaml", configEdits)
 	if err != nil {
 		return "", err
@@ -114,7 +119,7 @@ func envoyManifests(ctx context.Context, root, manager string, injectArgs []stri
 	}
 	// deploy/'s Envoy is the newest pinned release (internal/testbed's TestPinsNamedElsewhere), as is the e2e image's.
 	imageEdits := []replacement{{"image: envoyproxy/envoy:v" + pins[0].Version, "image: " + EnvoyImage}}
-	dep, err := readEdited(root, "deploy/plain/envoy.yaml", imageEdits)
+	dep, err := readEdited(root, "deploy/plain/envoy.yaml", imageEdits, depEdits)
 	if err != nil {
 		return "", err
 	}
