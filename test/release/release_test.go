@@ -180,7 +180,7 @@ func checkPush(t *testing.T, dist string) {
 	host := strings.TrimPrefix(srv.URL, "http://")
 
 	ref := host + "/platform/shutdown-manager:" + version
-	cmd := exec.CommandContext(t.Context(), "make", "image-push", "IMAGE="+ref, "LAYOUT="+filepath.Join(dist, "image-oci"))
+	cmd := exec.CommandContext(t.Context(), "make", "--no-print-directory", "image-push", "IMAGE="+ref, "LAYOUT="+filepath.Join(dist, "image-oci"))
 	cmd.Dir = repoRoot(t)
 	out, err := cmd.Output()
 	if err != nil {
