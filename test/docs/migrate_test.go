@@ -18,10 +18,10 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 )
 
+type migrationPage struct{ page, module, version, input string }
+
 // migrationPages: each page, the peer's module and the rendered file its commands and YAML are about.
-var migrationPages = []struct {
-	page, module, version, input string
-}{
+var migrationPages = []migrationPage{
 	{"docs/migrate-contour.md", peers.ContourModule, peers.ContourVersion, "examples/render/contour.yaml"},
 	{"docs/migrate-envoy-gateway.md", peers.EnvoyGatewayModule, peers.EnvoyGatewayVersion,
 		"internal/infrastructure/kubernetes/proxy/testdata/deployments/default.yaml"},

@@ -49,21 +49,23 @@ func deployFiles(t *testing.T) [][]string {
 	return files
 }
 
+// pagesButMigration are userPages without the migration pages, whose commands and blocks TestMigrationPages
+// checks against the peers' files.
+func pagesButMigration(t *testing.T) []string {
+	t.Helper()
+	return slices.DeleteFunc(userPages(t), func(page string) bool {
+		return slices.ContainsFunc(migrationPages, func(p migrationPage) bool { return p.page == page })
+	})
+}
+
 // TestReadmeYAMLIsFromDeploy: every ```yaml block of the README, SECURITY.md and the docs/ pages (but the
-// migration pages, whose blocks TestMigrationPages checks against the peers' files) is a run of consecutive lines
-// of a tested file (deployFiles: deploy/, docs/examples/, the chart's test values; shifted left as a whole: an excerpt from deep inside a manifest may start at the
-// margin), so no page can drift from manifests that are tested.
+// migration pages) is a run of consecutive lines of a tested file (deployFiles: deploy/, docs/examples/, the
+// chart's test values; shifted left as a whole: an excerpt from deep inside a manifest may start at the margin),
+// so no page can drift from manifests that are tested.
 func TestReadmeYAMLIsFromDeploy(t *testing.T) {
 	files := deployFiles(t)
-	migration := []string{}
-	for _, p := range migrationPages {
-		migration = append(migration, p.page)
-	}
 	checked := 0
-	for _, page := range userPages(t) {
-		if slices.Contains(migration, page) {
-			continue
-		}
+	for _, page := range pagesButMigration(t) {
 		for _, b := range regexp.MustCompile("(?s)```yaml\n(.*?)```").FindAllStringSubmatch(readRepo(t, page), -1) {
 			checked++
 			if !isExcerpt(b[1], files) {
