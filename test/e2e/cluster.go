@@ -358,25 +358,8 @@ const cniConfig = `{
 `
 
 func (c *Cluster) startContainerd(ctx context.Context) error {
-	d := filepath.Join(c.Dir, "containerd")
-	cniDir := filepath.Join(c.Dir, "cni")
-	for _, p := range []string{d, cniDir} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-	}
-	runc, err := exec.LookPath("runc")
+	cfgPath, err := writeContainerdConfig(c.Dir, c.Socket, Bridge, PodCIDR, NodeIP)
 	if err != nil {
-		return err
-	}
-	cfg := fmt.Sprintf(containerdConfig, filepath.Join(d, "root"), filepath.Join(d, "state"), c.Socket, c.Socket+".ttrpc",
-		filepath.Join(d, "opt"), "docker.io/"+PauseImage, runc, filepath.Join(d, "runc"), cniBinDir, cniDir)
-	cfgPath := filepath.Join(d, "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	cni := fmt.Sprintf(cniConfig, Bridge, PodCIDR, NodeIP, filepath.Join(c.Dir, "cni-ipam"))
-	if err := os.WriteFile(filepath.Join(cniDir, "10-smgr-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
 	// The shim is found on PATH: ours first.
@@ -387,18 +370,55 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 		return err
 	}
 	c.containerd = p
+	return awaitContainerd(ctx, p, c.ctrdBin, c.Socket)
+}
+
+// writeContainerdConfig writes the configuration of a node's containerd (root, state and socket under
+// dir/containerd) and of the CNI bridge network its pods get, and returns the configuration's path.
+func writeContainerdConfig(dir, socket, bridge, podCIDR, nodeIP string) (string, error) {
+	d := filepath.Join(dir, "containerd")
+	cniDir := filepath.Join(dir, "cni")
+	for _, p := range []string{d, cniDir} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return "", err
+		}
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		return "", err
+	}
+	cfg := fmt.Sprintf(containerdConfig, filepath.Join(d, "root"), filepath.Join(d, "state"), socket, socket+".ttrpc",
+		filepath.Join(d, "opt"), "docker.io/"+PauseImage, runc, filepath.Join(d, "runc"), cniBinDir, cniDir)
+	cfgPath := filepath.Join(d, "config.toml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		return "", err
+	}
+	cni := fmt.Sprintf(cniConfig, bridge, podCIDR, nodeIP, filepath.Join(dir, "cni-ipam"))
+	if err := os.WriteFile(filepath.Join(cniDir, "10-smgr-e2e.conflist"), []byte(cni), 0o644); err != nil {
+		return "", err
+	}
+	return cfgPath, nil
+}
+
+// awaitContainerd waits up to a minute for the containerd p to answer ctr at socket.
+func awaitContainerd(ctx context.Context, p *testproc.Proc, ctrdBin, socket string) error {
 	return poll(ctx, time.Minute, func() error {
 		if !p.Running() {
 			return fmt.Errorf("containerd exited (%v); %s", p.Wait(), p.LogEnd(20))
 		}
-		_, err := c.ctr(ctx, "version")
+		_, err := ctrAt(ctx, ctrdBin, socket, "version")
 		return err
 	})
 }
 
 // ctr runs containerd's ctr against our containerd in the k8s.io namespace (the one kubelet's pods use).
 func (c *Cluster) ctr(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(c.ctrdBin, "ctr"), append([]string{"--address", c.Socket, "-n", "k8s.io"}, args...)...)
+	return ctrAt(ctx, c.ctrdBin, c.Socket, args...)
+}
+
+// ctrAt runs containerd's ctr against the containerd at socket, in the k8s.io namespace.
+func ctrAt(ctx context.Context, ctrdBin, socket string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, filepath.Join(ctrdBin, "ctr"), append([]string{"--address", socket, "-n", "k8s.io"}, args...)...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr // where ctr warns that cgroup v1 is deprecated, on every run
 	out, err := cmd.Output()

@@ -194,25 +194,8 @@ func (n *Node) makeCgroups() error {
 }
 
 func (n *Node) startContainerd(ctx context.Context) error {
-	d := filepath.Join(n.Dir, "containerd")
-	cniDir := filepath.Join(n.Dir, "cni")
-	for _, p := range []string{d, cniDir} {
-		if err := os.MkdirAll(p, 0o755); err != nil {
-			return err
-		}
-	}
-	runc, err := exec.LookPath("runc")
+	cfgPath, err := writeContainerdConfig(n.Dir, n.socket, nodeBridge, n.PodCIDR, n.IP)
 	if err != nil {
-		return err
-	}
-	cfg := fmt.Sprintf(containerdConfig, filepath.Join(d, "root"), filepath.Join(d, "state"), n.socket, n.socket+".ttrpc",
-		filepath.Join(d, "opt"), "docker.io/"+PauseImage, runc, filepath.Join(d, "runc"), cniBinDir, cniDir)
-	cfgPath := filepath.Join(d, "config.toml")
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		return err
-	}
-	cni := fmt.Sprintf(cniConfig, nodeBridge, n.PodCIDR, n.IP, filepath.Join(n.Dir, "cni-ipam"))
-	if err := os.WriteFile(filepath.Join(cniDir, "10-smgr-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return err
 	}
 	p, err := startProc("containerd", filepath.Join(n.Dir, "logs", "containerd.log"),
@@ -222,24 +205,12 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	n.containerd = p
-	return poll(ctx, time.Minute, func() error {
-		if !p.Running() {
-			return fmt.Errorf("containerd exited (%v); %s", p.Wait(), p.LogEnd(20))
-		}
-		_, err := n.ctr(ctx, "version")
-		return err
-	})
+	return awaitContainerd(ctx, p, n.c.ctrdBin, n.socket)
 }
 
+// ctr runs ctr against the node's containerd in the k8s.io namespace.
 func (n *Node) ctr(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, filepath.Join(n.c.ctrdBin, "ctr"), append([]string{"--address", n.socket, "-n", "k8s.io"}, args...)...)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out), fmt.Errorf("ctr %s: %w: %s", strings.Join(args, " "), err, stderr.String())
-	}
-	return string(out), nil
+	return ctrAt(ctx, n.c.ctrdBin, n.socket, args...)
 }
 
 func (n *Node) startKubelet() error {
