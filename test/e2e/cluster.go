@@ -353,9 +353,15 @@ const cniConfig = `{
       "routes": [{"dst": "0.0.0.0/0"}],
       "dataDir": %q
     }
-  }]
+  }%s]
 }
 `
+
+// portmapPlugin, chained after the bridge, gives pods their hostPorts (containerd passes the pod's port mappings
+// to plugins with the portMappings capability): its DNAT rules live in the namespace the node's containerd runs
+// in. Only the extra nodes ask for it (writeContainerdConfig's chained): on the first node, the host's own
+// namespace, its chains would be left in the host's iptables.
+const portmapPlugin = `{"type": "portmap", "capabilities": {"portMappings": true}}`
 
 func (c *Cluster) startContainerd(ctx context.Context) error {
 	cfgPath, err := writeContainerdConfig(c.Dir, c.Socket, Bridge, PodCIDR, NodeIP)
@@ -374,8 +380,9 @@ func (c *Cluster) startContainerd(ctx context.Context) error {
 }
 
 // writeContainerdConfig writes the configuration of a node's containerd (root, state and socket under
-// dir/containerd) and of the CNI bridge network its pods get, and returns the configuration's path.
-func writeContainerdConfig(dir, socket, bridge, podCIDR, nodeIP string) (string, error) {
+// dir/containerd) and of the CNI bridge network its pods get, and returns the configuration's path. chained are
+// CNI plugins (JSON objects, portmapPlugin) run after the bridge, in that order.
+func writeContainerdConfig(dir, socket, bridge, podCIDR, nodeIP string, chained ...string) (string, error) {
 	d := filepath.Join(dir, "containerd")
 	cniDir := filepath.Join(dir, "cni")
 	for _, p := range []string{d, cniDir} {
@@ -393,7 +400,11 @@ func writeContainerdConfig(dir, socket, bridge, podCIDR, nodeIP string) (string,
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return "", err
 	}
-	cni := fmt.Sprintf(cniConfig, bridge, podCIDR, nodeIP, filepath.Join(dir, "cni-ipam"))
+	var more strings.Builder
+	for _, p := range chained {
+		more.WriteString(", " + p)
+	}
+	cni := fmt.Sprintf(cniConfig, bridge, podCIDR, nodeIP, filepath.Join(dir, "cni-ipam"), more.String())
 	if err := os.WriteFile(filepath.Join(cniDir, "10-smgr-e2e.conflist"), []byte(cni), 0o644); err != nil {
 		return "", err
 	}

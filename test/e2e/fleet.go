@@ -76,6 +76,9 @@ func (c *Cluster) AddNode(ctx context.Context, tb testing.TB, k int) *Node {
 		cgroup:  fmt.Sprintf("smgr-e2e-node%d", k),
 		c:       c,
 	}
+	if _, err := os.Stat(filepath.Join(cniBinDir, "portmap")); err != nil {
+		unavailable(tb, "no CNI portmap plugin in %s (apt-get install containernetworking-plugins): the extra nodes' hostPorts need it", cniBinDir)
+	}
 	n.netns = filepath.Join(n.Dir, "netns")
 	n.socket = filepath.Join(n.Dir, "containerd", "containerd.sock")
 	if err := os.MkdirAll(filepath.Join(n.Dir, "logs"), 0o755); err != nil {
@@ -194,7 +197,9 @@ func (n *Node) makeCgroups() error {
 }
 
 func (n *Node) startContainerd(ctx context.Context) error {
-	cfgPath, err := writeContainerdConfig(n.Dir, n.socket, nodeBridge, n.PodCIDR, n.IP)
+	// hostPorts (Contour's DaemonSet's 80 and 443) work on the extra nodes: portmap's rules stay in the node's
+	// namespace and go with it.
+	cfgPath, err := writeContainerdConfig(n.Dir, n.socket, nodeBridge, n.PodCIDR, n.IP, portmapPlugin)
 	if err != nil {
 		return err
 	}
