@@ -14,7 +14,7 @@ package e2e
 //   - Images: Contour's image is replaced by ContourImage (the built binary at /bin/contour, as in Contour's image),
 //     Envoy's by EnvoyImage (the newest pinned Envoy; Contour renders distroless-v1.38.9). Nothing is pulled here.
 //   - hostPorts 80 and 443 are dropped: the pod runs under a Deployment of 3 replicas on one node (below), and only
-//     one pod per node can hold a hostPort.
+//     one pod per node can hold a hostPort. (make e2e-fleet's contour-fleet scenarios keep them: contourShape.)
 //   - The init container envoy-initconfig (`contour bootstrap` with Contour's xDS address and client certificates)
 //     is replaced by a ConfigMap holding a bootstrap that the real `contour bootstrap` wrote (run on the host, same
 //     admin socket /admin/admin.sock), with its xDS parts (dynamic_resources, the `contour` cluster) replaced by the
@@ -80,6 +80,17 @@ func contourBinary(tb testing.TB) string {
 func importContourImage(ctx context.Context, t *testing.T, c *Cluster, bin string) {
 	t.Helper()
 	began := time.Now()
+	archive := writeContourImage(t, c, bin)
+	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
+		t.Fatalf("importing %s: %v: %s", ContourImage, err, out)
+	}
+	t.Logf("%s written and imported in %s", ContourImage, time.Since(began).Round(time.Millisecond))
+}
+
+// writeContourImage writes ContourImage (bin at /bin/contour, PATH=/bin) into a docker-archive tar in the
+// cluster's directory, for `ctr images import`, and returns its path.
+func writeContourImage(t *testing.T, c *Cluster, bin string) string {
+	t.Helper()
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -96,31 +107,46 @@ func importContourImage(ctx context.Context, t *testing.T, c *Cluster, bin strin
 	if err := tarball.WriteToFile(archive, tag, img); err != nil {
 		t.Fatalf("writing %s: %v", archive, err)
 	}
-	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
-		t.Fatalf("importing %s: %v: %s", ContourImage, err, out)
+	t.Logf("%s (%d MB) written to %s", ContourImage, len(data)>>20, archive)
+	return archive
+}
+
+// contourShape is how a scenario runs Contour's Envoy pod: the edits contourEdits makes beyond those the file's
+// comment lists for every scenario.
+type contourShape struct {
+	// events mounts the ServiceAccount token (Contour sets automountServiceAccountToken: false): our manager records
+	// its Events with it.
+	events bool
+	// hostPorts keeps Envoy's hostPorts (80 and 443: the pod runs as a DaemonSet, one per node) and gives the
+	// `metrics` port (8002) a hostPort too; without it, the hostPorts are dropped.
+	hostPorts bool
+	// noManager removes Contour's manager: its shutdown-manager container and Envoy's preStop hook that calls it.
+	noManager bool
+}
+
+// contourDaemonSet returns Contour's Envoy DaemonSet as its module ships it, and the document it came from.
+func contourDaemonSet(t *testing.T) (*appsv1.DaemonSet, string) {
+	t.Helper()
+	for _, w := range peers.Of(t, "contour") {
+		if w.Kind == "DaemonSet" && w.Name == "envoy" && strings.Contains(w.Source, contourSource) {
+			ds := &appsv1.DaemonSet{}
+			if err := yaml.UnmarshalStrict(w.YAML, ds); err != nil {
+				t.Fatalf("%s: %v", w.Source, err)
+			}
+			return ds, w.Source
+		}
 	}
-	t.Logf("%s (%d MB) written and imported in %s", ContourImage, len(data)>>20, time.Since(began).Round(time.Millisecond))
+	t.Fatalf("no DaemonSet envoy in %s@%s/%s", peers.ContourModule, peers.ContourVersion, contourSource)
+	return nil, ""
 }
 
 // contourDeployment returns Contour's Envoy DaemonSet's pod template under a Deployment of 3 replicas, edited as
 // the file's comment says; events mounts the ServiceAccount token (the taken-over scenarios).
 func contourDeployment(t *testing.T, events bool) *appsv1.Deployment {
 	t.Helper()
-	var ds *appsv1.DaemonSet
-	var source string
-	for _, w := range peers.Of(t, "contour") {
-		if w.Kind == "DaemonSet" && w.Name == "envoy" && strings.Contains(w.Source, contourSource) {
-			ds, source = &appsv1.DaemonSet{}, w.Source
-			if err := yaml.UnmarshalStrict(w.YAML, ds); err != nil {
-				t.Fatalf("%s: %v", w.Source, err)
-			}
-		}
-	}
-	if ds == nil {
-		t.Fatalf("no DaemonSet envoy in %s@%s/%s", peers.ContourModule, peers.ContourVersion, contourSource)
-	}
+	ds, source := contourDaemonSet(t)
 	spec := ds.Spec.Template.Spec.DeepCopy()
-	if err := contourEdits(spec, events); err != nil {
+	if err := contourEdits(spec, contourShape{events: events}); err != nil {
 		t.Fatalf("%s: %v: update test/e2e/contour_test.go", source, err)
 	}
 	return &appsv1.Deployment{
@@ -134,8 +160,8 @@ func contourDeployment(t *testing.T, events bool) *appsv1.Deployment {
 	}
 }
 
-// contourEdits makes the edits the file's comment lists; each must find what it changes.
-func contourEdits(spec *corev1.PodSpec, events bool) error {
+// contourEdits makes the edits the file's comment lists, and shape's; each must find what it changes.
+func contourEdits(spec *corev1.PodSpec, shape contourShape) error {
 	find := func(cs []corev1.Container, n string) (*corev1.Container, error) {
 		i := slices.IndexFunc(cs, func(c corev1.Container) bool { return c.Name == n })
 		if i < 0 {
@@ -158,12 +184,44 @@ func contourEdits(spec *corev1.PodSpec, events bool) error {
 	hostPorts := 0
 	for i := range envoy.Ports {
 		if envoy.Ports[i].HostPort != 0 {
-			envoy.Ports[i].HostPort = 0
 			hostPorts++
+			if !shape.hostPorts {
+				envoy.Ports[i].HostPort = 0
+			}
 		}
 	}
 	if hostPorts == 0 {
 		return fmt.Errorf("Envoy has no hostPort")
+	}
+	if shape.hostPorts {
+		// The one port added: the load balancer outside health-checks each node's Envoy readiness, which Contour
+		// serves on the `metrics` port (8002, the stats listener's /ready, what its readinessProbe calls). Contour
+		// gives that port no hostPort (kubelet's probe reaches the pod's own address); a load balancer in front of
+		// the nodes needs one.
+		i := slices.IndexFunc(envoy.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" })
+		if i < 0 || envoy.Ports[i].ContainerPort != 8002 || envoy.Ports[i].HostPort != 0 {
+			return fmt.Errorf("Envoy has no port metrics 8002 without a hostPort: %v", envoy.Ports)
+		}
+		envoy.Ports[i].HostPort = 8002
+	}
+	if shape.noManager {
+		n := len(spec.Containers)
+		spec.Containers = slices.DeleteFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "shutdown-manager" })
+		if len(spec.Containers) == n {
+			return fmt.Errorf("no container shutdown-manager")
+		}
+		envoy, err = find(spec.Containers, "envoy") // the slice moved
+		if err != nil {
+			return err
+		}
+		hook := envoy.Lifecycle
+		if hook == nil || hook.PreStop == nil || hook.PreStop.HTTPGet == nil || hook.PreStop.HTTPGet.Path != "/shutdown" {
+			return fmt.Errorf("Envoy has no preStop httpGet /shutdown (Contour's manager): %+v", hook)
+		}
+		hook.PreStop = nil
+		if *hook == (corev1.Lifecycle{}) {
+			envoy.Lifecycle = nil
+		}
 	}
 	n := len(spec.InitContainers)
 	spec.InitContainers = slices.DeleteFunc(spec.InitContainers, func(c corev1.Container) bool { return c.Name == "envoy-initconfig" })
@@ -186,7 +244,7 @@ func contourEdits(spec *corev1.PodSpec, events bool) error {
 	if spec.AutomountServiceAccountToken == nil || *spec.AutomountServiceAccountToken {
 		return fmt.Errorf("automountServiceAccountToken is not false")
 	}
-	if events {
+	if shape.events {
 		spec.AutomountServiceAccountToken = new(true)
 	}
 	return nil
@@ -336,12 +394,6 @@ func contourBootstrap(ctx context.Context, bin, dir string) (string, error) {
 // over by `shutdown-manager inject --takeover` when takeover.
 func contourManifests(ctx context.Context, t *testing.T, root, manager, contour, dir string, takeover bool) string {
 	t.Helper()
-	boot, err := contourBootstrap(ctx, contour, dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cm := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-		ObjectMeta: metav1.ObjectMeta{Name: contourBootstrapConfigMap}, Data: map[string]string{"envoy.json": boot}}
 	svc := `apiVersion: v1
 kind: Service
 metadata:
@@ -354,30 +406,47 @@ spec:
     port: 80
     targetPort: http
 `
-	sa := "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: envoy\n"
+	var injectArgs []string
 	if takeover {
+		injectArgs = []string{"--takeover"}
+	}
+	return svc + "\n---\n" + contourObjects(ctx, t, root, manager, contour, dir, contourDeployment(t, takeover), takeover, injectArgs)
+}
+
+// contourObjects returns the ServiceAccount (with events, the Events RBAC of deploy/ instead), the bootstrap
+// ConfigMap and the workload, given to `shutdown-manager inject` with injectArgs unless they are nil.
+func contourObjects(ctx context.Context, t *testing.T, root, manager, contour, dir string, workload any, events bool, injectArgs []string) string {
+	t.Helper()
+	boot, err := contourBootstrap(ctx, contour, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+		ObjectMeta: metav1.ObjectMeta{Name: contourBootstrapConfigMap}, Data: map[string]string{"envoy.json": boot}}
+	sa := "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: envoy\n"
+	if events {
 		if sa, err = readEdited(root, "deploy/common/envoy-events-rbac.yaml"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	dep, err := yaml.Marshal(contourDeployment(t, takeover))
+	w, err := yaml.Marshal(workload)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if takeover {
-		cmd := exec.CommandContext(ctx, manager, "inject", "--takeover", "-f", "-")
-		cmd.Stdin = strings.NewReader(string(dep))
+	if injectArgs != nil {
+		cmd := exec.CommandContext(ctx, manager, append(append([]string{"inject"}, injectArgs...), "-f", "-")...)
+		cmd.Stdin = strings.NewReader(string(w))
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
-		if dep, err = cmd.Output(); err != nil {
-			t.Fatalf("shutdown-manager inject --takeover: %v: %s", err, stderr.String())
+		if w, err = cmd.Output(); err != nil {
+			t.Fatalf("shutdown-manager inject %s: %v: %s", strings.Join(injectArgs, " "), err, stderr.String())
 		}
 	}
 	cmText, err := yaml.Marshal(cm)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Join([]string{sa, string(cmText), svc, string(dep)}, "\n---\n")
+	return strings.Join([]string{sa, string(cmText), string(w)}, "\n---\n")
 }
 
 // podContainers lists the containers (init containers first, marked init:) of the Envoy pods of ns, one line each.
@@ -401,9 +470,14 @@ func hookFailures(ctx context.Context, t *testing.T, c *Cluster, ns, pod string)
 // error (the Event says only "PreStopHook failed": kubelet keeps the message out of it; an exec hook's output is
 // not there either).
 func kubeletHookErrors(c *Cluster, ns, pod string) []string {
+	return kubeletHookErrorsIn(c.kubelet.LogPath, ns, pod)
+}
+
+// kubeletHookErrorsIn is kubeletHookErrors in the kubelet log at path (a fleet node's).
+func kubeletHookErrorsIn(path, ns, pod string) []string {
 	var out []string
 	re := regexp.MustCompile(`err="((?:[^"\\]|\\.)*)".*containerName="([^"]*)"`)
-	for _, l := range strings.Split(grepLines(c.kubelet.LogPath, 100, `"PreStop hook failed"`), "\n") {
+	for _, l := range strings.Split(grepLines(path, 100, `"PreStop hook failed"`), "\n") {
 		if !strings.Contains(l, `pod="`+ns+"/"+pod+`"`) {
 			continue
 		}

@@ -51,7 +51,13 @@ func haproxyConfig(root, mode, bind string, pods, ips []string) (string, error) 
 		edits = append(edits, replacement{"  mode tcp\n  retries 0\n  no option redispatch\n",
 			"  mode http\n  retries 3\n  retry-on conn-failure\n  option redispatch 1\n"})
 	}
-	text, err := readEdited(root, haproxyExample, edits)
+	return haproxyConfigFrom(root, haproxyExample, edits, pods, ips, 8080)
+}
+
+// haproxyConfigFrom returns the HAProxy configuration example (a file of docs/examples) with edits made (each must
+// apply) and its server lines replaced by one per name, at ips[i]:port.
+func haproxyConfigFrom(root, example string, edits []replacement, names, ips []string, port int) (string, error) {
+	text, err := readEdited(root, example, edits)
 	if err != nil {
 		return "", err
 	}
@@ -61,8 +67,8 @@ func haproxyConfig(root, mode, bind string, pods, ips []string) (string, error) 
 			b.WriteString(l)
 		}
 	}
-	for i, p := range pods {
-		fmt.Fprintf(&b, "  server %s %s:8080\n", p, ips[i])
+	for i, n := range names {
+		fmt.Fprintf(&b, "  server %s %s:%d\n", n, ips[i], port)
 	}
 	return b.String(), nil
 }
@@ -85,16 +91,25 @@ type stampedLine struct {
 
 func startHAProxy(ctx context.Context, t *testing.T, c *Cluster, root, mode string, pods, ips []string) *haproxy {
 	t.Helper()
+	return launchHAProxy(ctx, t, c, "haproxy-"+mode+".cfg", func(bind string) (string, error) {
+		return haproxyConfig(root, mode, bind, pods, ips)
+	})
+}
+
+// launchHAProxy starts HAProxy on a free loopback port with the configuration config returns for that bind
+// address (written to file, in the cluster's directory); t's cleanup ends it and logs its lines.
+func launchHAProxy(ctx context.Context, t *testing.T, c *Cluster, file string, config func(bind string) (string, error)) *haproxy {
+	t.Helper()
 	port, err := freePort("127.0.0.1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	h := &haproxy{Addr: fmt.Sprintf("127.0.0.1:%d", port), done: make(chan struct{})}
-	text, err := haproxyConfig(root, mode, h.Addr, pods, ips)
+	text, err := config(h.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := filepath.Join(c.Dir, "haproxy-"+mode+".cfg")
+	cfg := filepath.Join(c.Dir, file)
 	if err := os.WriteFile(cfg, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -139,10 +154,21 @@ func (h *haproxy) log() string {
 
 // down returns when HAProxy reported server down after since, and its reason; ok false if it did not.
 func (h *haproxy) down(server string, since time.Time) (at time.Duration, reason string, ok bool) {
+	return h.marked(server, "DOWN", since)
+}
+
+// up returns when HAProxy reported server up (again) after since, and its reason; ok false if it did not.
+func (h *haproxy) up(server string, since time.Time) (at time.Duration, reason string, ok bool) {
+	return h.marked(server, "UP", since)
+}
+
+// marked returns the first line after since where HAProxy reported server as state (DOWN or UP): how long after
+// since it was read, and the line's reason.
+func (h *haproxy) marked(server, state string, since time.Time) (at time.Duration, reason string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, l := range h.lines {
-		if l.at.Before(since) || !strings.Contains(l.text, "Server envoy/"+server+" is DOWN") {
+		if l.at.Before(since) || !strings.Contains(l.text, "Server envoy/"+server+" is "+state) {
 			continue
 		}
 		reason = l.text
