@@ -155,8 +155,13 @@ func TestFleet(t *testing.T) {
 			break
 		}
 	}
+	var contourRows []contourFleetRow
+	if ctx.Err() == nil {
+		// Contour's DaemonSet on the edge nodes 2, 3 and a fourth, behind HAProxy (contour_fleet_test.go).
+		contourRows = runContourFleets(ctx, t, c, root, manager, nodes)
+	}
 	if p := os.Getenv("E2E_REPORT"); p != "" {
-		if err := writeFleetReport(p, names, rows, time.Since(began)); err != nil {
+		if err := writeFleetReport(p, names, rows, contourRows, time.Since(began)); err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
 	}
@@ -373,12 +378,16 @@ func (f *logFollower) fleetDrain() (drains, quiet, lastNew string) {
 	return strings.Join(ds, ", "), quiet, lastNew
 }
 
-func writeFleetReport(path string, names []string, rows []fleetRow, took time.Duration) error {
+func writeFleetReport(path string, names []string, rows []fleetRow, contourRows []contourFleetRow, took time.Duration) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# make e2e-fleet: three nodes, one control plane\n\n")
 	fmt.Fprintf(&b, "Written by `make e2e-fleet` (test/e2e/fleet_test.go) on %s, %s in all.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
 	b.WriteString("Nodes: " + strings.Join(names, ", ") + ". " + names[0] + " is the host's network namespace (the control plane's node); " +
-		"the others each a network namespace with its own containerd, kubelet (own cgroup root) and kube-proxy (test/e2e/fleet.go).\n\n")
+		"the others each a network namespace with its own containerd, kubelet (own cgroup root) and kube-proxy (test/e2e/fleet.go).")
+	if len(contourRows) > 0 {
+		b.WriteString(" For the Contour scenarios (below), a fourth node, smgr-e2e-node4, joins after the others; nodes 2, 3 and 4 are the edge nodes.")
+	}
+	b.WriteString("\n\n")
 	b.WriteString("Each scenario: an Envoy Deployment of " + strconv.Itoa(fleetReplicas) + " pods, two per node (topology spread), a PodDisruptionBudget " +
 		"(maxUnavailable 1), its ClusterIP Service; from every node, through that node's kube-proxy, 3 keep-alive clients (GET / " +
 		"every 20 ms) and 5 clients of " + LongRequest.String() + " requests. Injected pods: `shutdown-manager inject " + strings.Join(fleetInject, " ") + "`. " +
@@ -413,5 +422,6 @@ func writeFleetReport(path string, names []string, rows []fleetRow, took time.Du
 				strings.ReplaceAll(pods, "|", "/"), strings.Join(n.lastNew, ", "), pass)
 		}
 	}
+	writeContourFleetSection(&b, contourRows)
 	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
