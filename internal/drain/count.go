@@ -117,9 +117,10 @@ type Group struct {
 	Upgraded        int64    `json:"upgraded_connections"` // of those, upgraded connections (WebSockets)
 	NonHTTP         int64    `json:"non_http_connections"` // max(0, connections - http_connections)
 	Counted         bool     `json:"counted"`
-	// HealthChecks is set for a group with an HTTP manager that runs Envoy's health_check filter (a
-	// readiness listener): its connections and requests are probes and load balancers' health checks, so
-	// the quiet period does not watch them. Its work in flight counts as any other's.
+	// HealthChecks is set for a group with a readiness endpoint (envoyadmin.Listener.HealthCheck: an HTTP
+	// manager that runs Envoy's health_check filter, or whose routes all go to Envoy's own admin API, as
+	// Contour's stats-health listener's do): its connections and requests are probes and load balancers'
+	// health checks, so the quiet period does not watch them. Its work in flight counts as any other's.
 	HealthChecks bool `json:"health_checks,omitempty"`
 	// Reason says why a group is not counted, or why a counted one counts every connection (a listener
 	// the configuration read does not know).
@@ -274,7 +275,7 @@ type node struct {
 	rawRq      map[string]int64
 	cx, rq     int64
 	upgraded   int64
-	health     bool // an HTTP manager running the health_check filter
+	health     bool // an HTTP manager that is a readiness endpoint (envoyadmin.Listener.HealthCheck)
 	builtin    bool // the admin's, or an internal listener
 	configured bool // in the topology
 	parent     *node

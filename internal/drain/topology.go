@@ -127,5 +127,11 @@ func (r *topologyReader) refresh(ctx context.Context, snap envoyadmin.Snapshot) 
 	if !first && len(unknown) > 0 {
 		level = slog.LevelInfo
 	}
+	if topo.AdminRoutesUnread != "" {
+		// Listeners that route only to the admin API (Contour's stats-health) then count as traffic for
+		// the quiet period: their health checks may hold it to the deadline.
+		r.log.Warn("envoy's static clusters unread: listeners that route only to the admin API count as traffic",
+			"err", topo.AdminRoutesUnread)
+	}
 	r.log.Log(ctx, level, "envoy's listener configuration read", "listeners", len(topo.Listeners), "unknown_in_stats", unknown)
 }

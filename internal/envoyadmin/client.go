@@ -120,8 +120,11 @@ func (c *Client) Stats(ctx context.Context) (Snapshot, error) {
 }
 
 // ListenerConfig reads the listener configuration (GET /config_dump?mask=static_listeners,dynamic_listeners)
-// into a Topology. The read is bounded like every answer (maxBody): a larger configuration is an error, and
-// the caller counts without it rather than hold an unbounded copy of Envoy's configuration in memory.
+// into a Topology and, when some HTTP manager routes only to named clusters, those of them that are static
+// clusters (a second GET /config_dump), to mark the managers that route only to the admin API as readiness
+// endpoints (MarkAdminRoutes; if that read fails, Topology.AdminRoutesUnread says why). Each read is
+// bounded like every answer (maxBody): a larger configuration is an error, and the caller counts without
+// it rather than hold an unbounded copy of Envoy's configuration in memory.
 func (c *Client) ListenerConfig(ctx context.Context) (Topology, error) {
 	body, err := c.do(ctx, http.MethodGet, "/config_dump", ListenerConfigQuery)
 	if err != nil {
@@ -132,7 +135,30 @@ func (c *Client) ListenerConfig(ctx context.Context) (Topology, error) {
 		c.report("/config_dump", "error")
 		return Topology{}, err
 	}
+	// The managers that route only to named clusters: are those clusters the admin API itself?
+	if names := t.AdminRouteCandidates(); len(names) > 0 {
+		clusters, err := c.staticClusters(ctx, names)
+		if err != nil {
+			t.AdminRoutesUnread = err.Error()
+			return t, nil
+		}
+		t.MarkAdminRoutes(clusters, c.addr)
+	}
 	return t, nil
+}
+
+// staticClusters reads the endpoints of the static clusters named (GET /config_dump?resource=static_clusters).
+func (c *Client) staticClusters(ctx context.Context, names []string) (map[string][]Address, error) {
+	body, err := c.do(ctx, http.MethodGet, "/config_dump", StaticClustersQuery(names))
+	if err != nil {
+		return nil, err
+	}
+	clusters, err := ParseStaticClusters(strings.NewReader(body))
+	if err != nil {
+		c.report("/config_dump", "error")
+		return nil, err
+	}
+	return clusters, nil
 }
 
 // ServerState reads Envoy's state from /server_info.

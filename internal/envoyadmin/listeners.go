@@ -22,6 +22,15 @@ type Topology struct {
 	// Listeners, one per stat scope, sorted by scope. Listeners of the configuration without a stat
 	// scope (no address and not internal, such as API listeners) are left out.
 	Listeners []Listener
+	// AdminRoutesUnread says why the clusters of AdminRouteCandidates could not be read (Client.ListenerConfig):
+	// the managers that route only to them are then not known to be Envoy's own readiness endpoints. "" if
+	// they were read, or none was needed.
+	AdminRoutesUnread string `json:"-"`
+
+	// routes: per HTTP manager scope, the clusters its routes go to, for a manager whose every route
+	// goes to one named cluster or answers itself (a direct response or a redirect), in every chain and
+	// listener that has it; nil for any other (RDS, weighted clusters, a cluster from a header).
+	routes map[string][]string
 }
 
 // Listener is one listener (or the active, warming and draining versions of one, merged) as its stats see it.
@@ -39,9 +48,11 @@ type Listener struct {
 	HTTP []string
 	// NonHTTP is set if some filter chain ends in another network filter (TCP proxy, or one not recognised).
 	NonHTTP bool
-	// HealthCheck lists the HTTP managers of HTTP that run Envoy's health_check filter
-	// (envoy.filters.http.health_check): a readiness endpoint, whose requests are kubelet's probes and load
-	// balancers' health checks, not traffic. Sorted, without duplicates; nil if none.
+	// HealthCheck lists the HTTP managers of HTTP that are readiness endpoints, whose requests are
+	// kubelet's probes and load balancers' health checks, not traffic: those that run Envoy's health_check
+	// filter (envoy.filters.http.health_check), and, once MarkAdminRoutes has run, those whose routes all
+	// go to Envoy's own admin API (Contour's stats-health listener: /ready and /stats passed to the admin).
+	// Sorted, without duplicates; nil if none.
 	HealthCheck []string
 }
 
@@ -97,8 +108,22 @@ type (
 						Type string `json:"@type"`
 					} `json:"typed_config"`
 				} `json:"http_filters"`
+				RouteConfig *routeConfigJSON `json:"route_config"` // nil with RDS or scoped routes
 			} `json:"typed_config"`
 		} `json:"filters"`
+	}
+	// routeConfigJSON is an HTTP manager's inline route configuration: what each route does.
+	routeConfigJSON struct {
+		VirtualHosts []struct {
+			Routes []struct {
+				Route *struct {
+					Cluster string `json:"cluster"` // "" for weighted clusters or a cluster from a header
+				} `json:"route"`
+				DirectResponse      json.RawMessage `json:"direct_response"`
+				Redirect            json.RawMessage `json:"redirect"`
+				NonForwardingAction json.RawMessage `json:"non_forwarding_action"`
+			} `json:"routes"`
+		} `json:"virtual_hosts"`
 	}
 )
 
@@ -114,6 +139,7 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 		return Topology{}, fmt.Errorf("decoding listener config: no \"configs\" array")
 	}
 	byScope := map[string]*Listener{}
+	routes := map[string][]string{} // as Topology.routes, with nil for a manager seen routing otherwise
 	add := func(l *listenerJSON, name string) {
 		if l == nil {
 			return
@@ -145,6 +171,12 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 			if c.healthCheck() {
 				t.HealthCheck = append(t.HealthCheck, prefix)
 			}
+			clusters, seen := routes[prefix]
+			if mine, ok := c.routeClusters(); ok && (!seen || clusters != nil) {
+				routes[prefix] = append(clusters, mine...)
+			} else {
+				routes[prefix] = nil
+			}
 		}
 	}
 	for _, c := range *doc.Configs {
@@ -160,6 +192,16 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 		}
 	}
 	topo := Topology{Listeners: make([]Listener, 0, len(byScope))}
+	for prefix, clusters := range routes {
+		if clusters == nil {
+			continue
+		}
+		if topo.routes == nil {
+			topo.routes = map[string][]string{}
+		}
+		slices.Sort(clusters)
+		topo.routes[prefix] = slices.Compact(clusters)
+	}
 	for _, t := range byScope {
 		slices.Sort(t.HTTP)
 		t.HTTP = slices.Compact(t.HTTP)
@@ -221,6 +263,31 @@ func (c filterChain) httpManager() (string, bool) {
 	}
 	return CanonicalScope("http." + tc.StatPrefix), true
 }
+
+// routeClusters returns the clusters the routes of the chain's HTTP manager go to, and true if every route
+// goes to one named cluster or answers itself (direct response, redirect, no forwarding) and at least one
+// goes to a cluster. Call it only on a chain httpManager accepts.
+func (c filterChain) routeClusters() ([]string, bool) {
+	rc := c.Filters[len(c.Filters)-1].TypedConfig.RouteConfig
+	if rc == nil {
+		return nil, false
+	}
+	var clusters []string
+	for _, vh := range rc.VirtualHosts {
+		for _, r := range vh.Routes {
+			switch {
+			case r.Route != nil && r.Route.Cluster != "":
+				clusters = append(clusters, r.Route.Cluster)
+			case r.Route == nil && (set(r.DirectResponse) || set(r.Redirect) || set(r.NonForwardingAction)):
+			default:
+				return nil, false
+			}
+		}
+	}
+	return clusters, len(clusters) > 0
+}
+
+func set(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // healthCheck reports whether the chain's HTTP manager runs the health_check filter. Call it only on a chain
 // httpManager accepts.

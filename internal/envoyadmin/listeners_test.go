@@ -171,9 +171,13 @@ func TestClientListenerConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var query string
+	var queries []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		query = r.URL.Path + "?" + r.URL.RawQuery
+		queries = append(queries, r.URL.Path+"?"+r.URL.RawQuery)
+		if r.URL.Query().Get("resource") == "static_clusters" {
+			w.Write([]byte("{}")) // what Envoy answers when no static cluster matches
+			return
+		}
 		w.Write(fixture)
 	}))
 	defer srv.Close()
@@ -183,8 +187,14 @@ func TestClientListenerConfig(t *testing.T) {
 	if err != nil || len(topo.Listeners) != 5 {
 		t.Fatalf("ListenerConfig = %+v, %v; want the 5 listeners of the fixture", topo, err)
 	}
-	if want := "/config_dump?" + ListenerConfigQuery; query != want {
-		t.Errorf("request %q, want %q", query, want)
+	// The fixture's managers route only to the clusters internal and upstream_http: the second read asks
+	// for those two static clusters, to tell whether either is the admin API.
+	want := []string{"/config_dump?" + ListenerConfigQuery, "/config_dump?" + StaticClustersQuery([]string{"internal", "upstream_http"})}
+	if !reflect.DeepEqual(queries, want) {
+		t.Errorf("requests %q, want %q", queries, want)
+	}
+	if topo.AdminRoutesUnread != "" {
+		t.Errorf("AdminRoutesUnread = %q after an answer", topo.AdminRoutesUnread)
 	}
 
 	big := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -123,7 +123,52 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string)
 	if opts.ReadinessListener {
 		res["listeners"] = append(res["listeners"].([]any), listener(ReadinessListener, readinessManager()))
 	}
+	if opts.AdminRouteListener {
+		res["listeners"] = append(res["listeners"].([]any), listener(AdminRouteListener, adminRouteManager()))
+		res["clusters"] = append(res["clusters"].([]any), map[string]any{
+			"name":            AdminCluster,
+			"type":            "STATIC",
+			"connect_timeout": "1s",
+			"load_assignment": map[string]any{
+				"cluster_name": AdminCluster,
+				"endpoints": []any{map[string]any{"lb_endpoints": []any{map[string]any{
+					"endpoint": map[string]any{"address": admin["address"]},
+				}}}},
+			},
+		})
+	}
 	return b
+}
+
+// adminRouteManager is an HTTP manager (stat_prefix AdminRouteManager) that passes GET ReadinessPath and
+// /stats to AdminCluster: the admin answers /ready (200 while Envoy's health checks pass, 503 once they
+// fail). Every other path answers 404.
+func adminRouteManager() map[string]any {
+	get := []any{map[string]any{"name": ":method", "string_match": map[string]any{"exact": "GET"}}}
+	route := func(prefix string) map[string]any {
+		return map[string]any{
+			"match": map[string]any{"prefix": prefix, "headers": get},
+			"route": map[string]any{"cluster": AdminCluster},
+		}
+	}
+	return map[string]any{
+		"name": "envoy.filters.network.http_connection_manager",
+		"typed_config": map[string]any{
+			"@type":       "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+			"stat_prefix": AdminRouteManager,
+			"route_config": map[string]any{
+				"virtual_hosts": []any{map[string]any{
+					"name":    "backend",
+					"domains": []any{"*"},
+					"routes":  []any{route(ReadinessPath), route("/stats")},
+				}},
+			},
+			"http_filters": []any{map[string]any{
+				"name":         "envoy.filters.http.router",
+				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+			}},
+		},
+	}
 }
 
 // readinessManager is an HTTP manager (stat_prefix ReadinessListener) whose health_check filter answers

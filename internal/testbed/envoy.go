@@ -59,6 +59,14 @@ const (
 	ReadinessPath     = "/ready"
 )
 
+// The listener Options.AdminRouteListener adds, its HTTP manager's stat_prefix, and the cluster of the
+// admin address its routes go to (as Contour's stats-health listener, "stats" manager and envoy-admin cluster).
+const (
+	AdminRouteListener = "stats-health"
+	AdminRouteManager  = "stats"
+	AdminCluster       = "envoy-admin"
+)
+
 // Names of the clusters in the bootstrap [Start] writes.
 const (
 	HTTPCluster = "upstream_http" // the Upstream's HTTPAddr, HTTP/1.1
@@ -142,6 +150,11 @@ type Options struct {
 	// filter on [ReadinessPath] (200 while Envoy's health checks pass, 503 once they fail), as Envoy Gateway's
 	// and the README's readiness listeners do.
 	ReadinessListener bool
+	// AdminRouteListener adds the listener [AdminRouteListener], Contour's shape of a readiness endpoint:
+	// an HTTP manager (stat_prefix "stats") that passes GET [ReadinessPath] and /stats to the static cluster
+	// [AdminCluster], whose one endpoint is the admin address. It needs AdminUnix or AdminPort (an address
+	// known before Envoy starts).
+	AdminRouteListener bool
 	// WebSocket lets HTTPListener's HTTP manager upgrade connections to WebSockets (upgrade_configs), which
 	// the Upstream answers at [WebSocketPath].
 	WebSocket bool
@@ -229,6 +242,9 @@ func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy,
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
+	}
+	if opts.AdminRouteListener && !opts.AdminUnix && opts.AdminPort == 0 {
+		return nil, errors.New("testbed: AdminRouteListener needs AdminUnix or AdminPort")
 	}
 	if sock := filepath.Join(dir, "admin.sock"); opts.AdminUnix && len(sock) > maxUnixPath {
 		return nil, fmt.Errorf("testbed: admin socket path %s is longer than %d bytes; use a shorter Dir", sock, maxUnixPath)

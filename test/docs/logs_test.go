@@ -102,7 +102,10 @@ func logRows(t *testing.T) []string {
 	}
 	slices.SortFunc(rows, func(a, b string) int {
 		pa, pb := strings.Split(a, " | "), strings.Split(b, " | ")
-		return strings.Compare(pa[len(pa)-1]+pa[1]+pa[0], pb[len(pb)-1]+pb[1]+pb[0])
+		if c := strings.Compare(pa[len(pa)-1]+pa[1]+pa[0], pb[len(pb)-1]+pb[1]+pb[0]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b) // one message with other attributes: a total order, whatever the source's
 	})
 	return rows
 }
