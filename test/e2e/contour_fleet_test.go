@@ -214,11 +214,19 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 	text := contourObjects(ctx, t, root, manager, contour, t.TempDir(), ds, s.shape.events, s.inject)
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
 	t.Cleanup(func() {
-		// The pods go before the next scenario: their hostPorts are the same.
+		// The pods go before the next scenario, whose hostPorts are the same. Not the namespace: the namespace
+		// controller looks again only after the pods' grace period (300 s) once it has deleted them.
 		cctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
-		if out, err := c.kubectl(cctx, "delete", "namespace", ns, "--timeout=150s"); err != nil {
-			t.Logf("deleting namespace %s: %v: %s", ns, err, out)
+		_, _ = c.kubectl(cctx, "delete", "namespace", ns, "--wait=false")
+		if err := poll(cctx, 2*time.Minute, func() error {
+			out, err := c.kubectl(cctx, "-n", ns, "get", "pods", "-o", "name")
+			if err == nil && strings.TrimSpace(out) != "" {
+				err = fmt.Errorf("pods left: %s", out)
+			}
+			return err
+		}); err != nil {
+			t.Errorf("the pods of %s did not go: %v", ns, err)
 		}
 	})
 	applyText(ctx, t, c, ns, text)
@@ -463,7 +471,7 @@ func writeContourFleetSection(b *strings.Builder, rows []contourFleetRow) {
 			}
 			lbCell := "not marked down"
 			if n.downOK {
-				lbCell = fmt.Sprintf("%s (%s) → ", n.down.Round(100*time.Millisecond), n.downReason)
+				lbCell = fmt.Sprintf("%s (%s) → ", n.down.Round(100*time.Millisecond), shortReason(n.downReason))
 				if n.upOK {
 					lbCell += fmt.Sprintf("%s (%s)", n.up.Round(100*time.Millisecond), (n.up - n.down).Round(100*time.Millisecond))
 				} else {
@@ -485,4 +493,14 @@ func endEvents(reasons []string) []string {
 	return slices.DeleteFunc(slices.Clone(reasons), func(r string) bool {
 		return slices.Contains([]string{"Scheduled", "MissingClusterDNS", "Pulled", "Created", "Started"}, r)
 	})
+}
+
+// shortReason is the status code of HAProxy's reason for a failed Layer 7 check ("Layer7 wrong status, code: 503,
+// info: ..." -> "503"), or the reason itself.
+func shortReason(reason string) string {
+	if _, after, ok := strings.Cut(reason, "code: "); ok {
+		code, _, _ := strings.Cut(after, ",")
+		return code
+	}
+	return reason
 }
