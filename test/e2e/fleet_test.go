@@ -380,7 +380,11 @@ func (f *logFollower) fleetDrain() (drains, quiet, lastNew string) {
 
 func writeFleetReport(path string, names []string, rows []fleetRow, contourRows []contourFleetRow, took time.Duration) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "# make e2e-fleet: three nodes, one control plane\n\n")
+	title := "three nodes"
+	if len(contourRows) > 0 {
+		title += " (and a fourth for Contour's DaemonSet)"
+	}
+	fmt.Fprintf(&b, "# make e2e-fleet: %s, one control plane\n\n", title)
 	fmt.Fprintf(&b, "Written by `make e2e-fleet` (test/e2e/fleet_test.go) on %s, %s in all.\n\n", time.Now().UTC().Format("2006-01-02 15:04 UTC"), took.Round(time.Second))
 	b.WriteString("Nodes: " + strings.Join(names, ", ") + ". " + names[0] + " is the host's network namespace (the control plane's node); " +
 		"the others each a network namespace with its own containerd, kubelet (own cgroup root) and kube-proxy (test/e2e/fleet.go).")
