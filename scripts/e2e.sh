@@ -5,7 +5,7 @@
 # warm), Helm (scripts/helm-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
 # starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
 # `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
-# as -test.run does). E2E_FLEET=1 (make e2e-fleet) runs the three-node scenarios instead and writes
+# as -test.run does). E2E_FLEET=1 (make e2e-fleet) runs the multi-node scenarios instead and writes
 # test/e2e/results/FLEET.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +42,7 @@ mkdir -p bin
 go test -c -race -tags e2e -o bin/e2e.test ./test/e2e
 report=${E2E_REPORT:-$PWD/test/e2e/results/REPORT.md}
 if [ "${E2E_FLEET:-}" = 1 ]; then
-  # make e2e-fleet: the three-node scenarios (test/e2e/fleet_test.go) and their own report.
+  # make e2e-fleet: the multi-node scenarios (test/e2e/fleet_test.go, contour_fleet_test.go) and their own report.
   export E2E_FLEET
   report=${E2E_REPORT:-$PWD/test/e2e/results/FLEET.md}
   E2E_RUN=${E2E_RUN:-'^TestFleet$'}
