@@ -83,17 +83,9 @@ type (
 		} `json:"configs"`
 	}
 	listenerJSON struct {
-		Name       string `json:"name"`
-		StatPrefix string `json:"stat_prefix"`
-		Address    *struct {
-			SocketAddress *struct {
-				Address   string          `json:"address"`
-				PortValue json.RawMessage `json:"port_value"`
-			} `json:"socket_address"`
-			Pipe *struct {
-				Path string `json:"path"`
-			} `json:"pipe"`
-		} `json:"address"`
+		Name               string          `json:"name"`
+		StatPrefix         string          `json:"stat_prefix"`
+		Address            *addressJSON    `json:"address"`
 		InternalListener   json.RawMessage `json:"internal_listener"`
 		FilterChains       []filterChain   `json:"filter_chains"`
 		DefaultFilterChain *filterChain    `json:"default_filter_chain"`

@@ -35,10 +35,7 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string)
 				"routes":  routes,
 			}},
 		},
-		"http_filters": []any{map[string]any{
-			"name":         "envoy.filters.http.router",
-			"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-		}},
+		"http_filters": []any{router()},
 	}
 	if opts.WebSocket {
 		ingress["upgrade_configs"] = []any{map[string]any{"upgrade_type": "websocket"}}
@@ -163,10 +160,7 @@ func adminRouteManager() map[string]any {
 					"routes":  []any{route(ReadinessPath), route("/stats")},
 				}},
 			},
-			"http_filters": []any{map[string]any{
-				"name":         "envoy.filters.http.router",
-				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-			}},
+			"http_filters": []any{router()},
 		},
 	}
 }
@@ -195,10 +189,7 @@ func readinessManager() map[string]any {
 						}},
 					},
 				},
-				map[string]any{
-					"name":         "envoy.filters.http.router",
-					"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-				},
+				router(),
 			},
 		},
 	}
@@ -235,10 +226,7 @@ func httpManager(statPrefix string) map[string]any {
 					}},
 				}},
 			},
-			"http_filters": []any{map[string]any{
-				"name":         "envoy.filters.http.router",
-				"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
-			}},
+			"http_filters": []any{router()},
 		},
 	}
 }
@@ -288,4 +276,12 @@ func socketAddress(host string, port int) map[string]any {
 // durationJSON is d in the JSON form of a protobuf Duration ("60s", "0.25s").
 func durationJSON(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "s"
+}
+
+// router is the router HTTP filter, the last of every HTTP manager's filters.
+func router() map[string]any {
+	return map[string]any{
+		"name":         "envoy.filters.http.router",
+		"typed_config": map[string]any{"@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"},
+	}
 }

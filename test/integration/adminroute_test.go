@@ -37,12 +37,7 @@ func TestAdminRoutedReadiness(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				hc := map[string][]string{}
-				for _, l := range topo.Listeners {
-					if l.HealthCheck != nil {
-						hc[l.Scope] = l.HealthCheck
-					}
-				}
+				hc := readinessManagers(topo)
 				want := map[string][]string{"listener." + testbed.AdminRouteListener: {"http." + testbed.AdminRouteManager}}
 				if !reflect.DeepEqual(hc, want) || topo.AdminRoutesUnread != "" {
 					t.Errorf("readiness managers by listener = %v (clusters unread: %q), want %v", hc, topo.AdminRoutesUnread, want)

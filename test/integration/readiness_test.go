@@ -47,12 +47,7 @@ func TestReadinessListenerConfig(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		hc := map[string][]string{}
-		for _, l := range topo.Listeners {
-			if l.HealthCheck != nil {
-				hc[l.Scope] = l.HealthCheck
-			}
-		}
+		hc := readinessManagers(topo)
 		if want := map[string][]string{"listener.ready": {"http.ready"}}; !reflect.DeepEqual(hc, want) {
 			t.Errorf("health-check managers by listener = %v, want %v", hc, want)
 		}
@@ -103,4 +98,15 @@ func probe(t *testing.T, e *testbed.Envoy, n int) int {
 		code = resp.StatusCode
 	}
 	return code
+}
+
+// readinessManagers returns, by listener scope, the HTTP managers the topology marks as readiness endpoints.
+func readinessManagers(topo envoyadmin.Topology) map[string][]string {
+	hc := map[string][]string{}
+	for _, l := range topo.Listeners {
+		if l.HealthCheck != nil {
+			hc[l.Scope] = l.HealthCheck
+		}
+	}
+	return hc
 }
