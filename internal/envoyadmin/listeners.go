@@ -25,7 +25,7 @@ type Topology struct {
 	// AdminRoutesUnread says why the clusters of AdminRouteCandidates could not be read (Client.ListenerConfig):
 	// the managers that route only to them are then not known to be Envoy's own readiness endpoints. "" if
 	// they were read, or none was needed.
-	AdminRoutesUnread string `json:"-"`
+	AdminRoutesUnread string
 
 	// routes: per HTTP manager scope, the clusters its routes go to, for a manager whose every route
 	// goes to one named cluster or answers itself (a direct response or a redirect), in every chain and
@@ -163,9 +163,10 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 			if c.healthCheck() {
 				t.HealthCheck = append(t.HealthCheck, prefix)
 			}
-			clusters, seen := routes[prefix]
-			if mine, ok := c.routeClusters(); ok && (!seen || clusters != nil) {
-				routes[prefix] = append(clusters, mine...)
+			// One chain that routes otherwise disqualifies the manager for good (nil).
+			mine, ok := c.routeClusters()
+			if prev, seen := routes[prefix]; ok && (!seen || prev != nil) {
+				routes[prefix] = append(prev, mine...)
 			} else {
 				routes[prefix] = nil
 			}
@@ -270,7 +271,7 @@ func (c filterChain) routeClusters() ([]string, bool) {
 			switch {
 			case r.Route != nil && r.Route.Cluster != "":
 				clusters = append(clusters, r.Route.Cluster)
-			case r.Route == nil && (set(r.DirectResponse) || set(r.Redirect) || set(r.NonForwardingAction)):
+			case r.Route == nil && (present(r.DirectResponse) || present(r.Redirect) || present(r.NonForwardingAction)):
 			default:
 				return nil, false
 			}
@@ -279,7 +280,8 @@ func (c filterChain) routeClusters() ([]string, bool) {
 	return clusters, len(clusters) > 0
 }
 
-func set(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
+// present reports whether a JSON field was given a value (not left out, not null).
+func present(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 // healthCheck reports whether the chain's HTTP manager runs the health_check filter. Call it only on a chain
 // httpManager accepts.
