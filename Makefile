@@ -103,11 +103,13 @@ RELEASE_PKGS   := ./test/release
 APISERVER_PKGS := ./test/kube ./test/chart ./test/policy
 REAL_PKGS      = $(shell $(GO) list $(ENVOY_PKGS) $(CONTAINERD_PKGS) $(RELEASE_PKGS) $(APISERVER_PKGS) ./test/e2e/...)
 
+# gofmt, go vet (the e2e's build tag too), and actionlint over .github/workflows (tools/actionlint pins it).
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags e2e ./test/e2e
 	$(GO) build -tags e2e -o /dev/null ./test/e2e
+	$(GO) tool -modfile=tools/actionlint/go.mod actionlint
 
 # Pure tests (-race), no real part started: units, golden files, fuzz seed corpora, the harnesses' own logic.
 unit:
