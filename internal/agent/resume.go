@@ -21,7 +21,10 @@ type ResumeConfig struct {
 	Token Token               // with Via: sent as a bearer token
 	Force bool                // with Via: cancel a running drain instead of being refused
 
-	Admin        envoyadmin.Address
+	Admin envoyadmin.Address
+	// FindAdmin: Admin is only the default; Envoy's own admin address is read from its process when this
+	// process can see it (as Drain and Status do), so that a resume in Envoy's container needs no flag.
+	FindAdmin    bool
 	AdminTimeout time.Duration
 	Version      string
 }
@@ -52,6 +55,9 @@ func Resume(ctx context.Context, cfg ResumeConfig, log *slog.Logger, stdout io.W
 		return nil
 	}
 
+	if cfg.FindAdmin {
+		cfg.Admin = adminOfRunningEnvoy(cfg.Admin, log)
+	}
 	c := envoyadmin.New(cfg.Admin, envoyadmin.Options{Timeout: cfg.AdminTimeout})
 	if err := c.HealthcheckOK(ctx); err != nil {
 		log.Error("resume failed", "admin_address", cfg.Admin.String(), "err", err)

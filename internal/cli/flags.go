@@ -36,7 +36,7 @@ func (f *countFlags) register(fs *flag.FlagSet) {
 
 const defaultAdmin = "http://127.0.0.1:9901"
 
-// adminFound ends the help of --admin-address for the commands that find Envoy themselves (drain, status).
+// adminFound ends the help of --admin-address for the commands that find Envoy themselves (drain, status, resume).
 const adminFound = "\n(not given: read from the bootstrap on the command line of Envoy's process, when this process can see it, as an exec hook in Envoy's container does; with several Envoy processes, PID 1, else the oldest; no Envoy process or no fixed address in its bootstrap: the default)"
 
 // config validates the counting flags.

@@ -18,6 +18,7 @@ func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	var lf logFlags
 	lf.register(fs)
 	admin := fs.String("admin-address", defaultAdmin, "without --via: Envoy's admin API, http://IP:PORT, IP:PORT (meaning http) or unix:///path/admin.sock")
+	fs.Lookup("admin-address").Usage += adminFound
 	adminTimeout := fs.Duration("admin-timeout", time.Second, "without --via: timeout of each admin API request")
 	via := fs.String("via", "", "resume through a serve API at this address (unix:///path/api.sock or http://IP:PORT): it refuses while its drain holds waiters, and logs who asked")
 	tokenFile := fs.String("token-file", "", "with --via: send the secret in this file as \"Authorization: Bearer <secret>\"")
@@ -50,7 +51,7 @@ func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		if err != nil {
 			return usagef("--admin-address: %v", err)
 		}
-		cfg.Admin = addr
+		cfg.Admin, cfg.FindAdmin = addr, !isFlagSet(fs, "admin-address")
 	}
 	log, closeLog, err := lf.logger(stdout, stderr)
 	if err != nil {
