@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
@@ -168,7 +169,7 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, err
 			return nil, err
 		}
 		if err != nil {
-			return nil, usageError{err}
+			return nil, usageError{longDashes(err)}
 		}
 		left := fs.Args()
 		if len(left) == 0 {
@@ -179,6 +180,20 @@ func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, err
 		}
 		rest, args = append(rest, left[0]), left[1:]
 	}
+}
+
+// parsedFlag is a flag as the flag package's errors name it, always with one dash ("flag provided but not
+// defined: -bogus", "invalid value \"abc\" for flag -drain-timeout: …").
+var parsedFlag = regexp.MustCompile(`(defined: |for flag |argument: |value "[^"]*" for )-([A-Za-z0-9][A-Za-z0-9-]+)`)
+
+// longDashes spells a flag named in a parse error as the help and the docs spell it: two dashes for a long
+// name (--drain-timeout), one for a letter (-o).
+func longDashes(err error) error {
+	msg := parsedFlag.ReplaceAllString(err.Error(), "${1}--${2}")
+	if msg == err.Error() {
+		return err
+	}
+	return errors.New(msg)
 }
 
 // flagSink is a stdout that makes parseArgs hand over the command's FlagSet and stop (flag.ErrHelp).

@@ -79,7 +79,7 @@ func TestInstallErrors(t *testing.T) {
 		{"not a dir", []string{file}, ExitFailure, "installing into " + file + ": " + file + " is not a directory"},
 		{"no dir", nil, ExitUsage, "want one argument, the directory to install into (got 0)"},
 		{"two dirs", []string{tmp, tmp}, ExitUsage, "(got 2)"},
-		{"bad flag", []string{"--nope", tmp}, ExitUsage, "flag provided but not defined: -nope"},
+		{"bad flag", []string{"--nope", tmp}, ExitUsage, "flag provided but not defined: --nope"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
