@@ -70,7 +70,7 @@ var examples = map[string][]example{
 		{"fish", "shutdown-manager completion fish"},
 	},
 	"kubectl": {
-		{"the drain state of a Deployment's pods", "kubectl shutdown-manager status deployment/envoy -n projectcontour"},
+		{"the drain state of a DaemonSet's pods (Contour's Envoy)", "kubectl shutdown-manager status daemonset/envoy -n projectcontour"},
 	},
 	"kubectl status": {
 		{"the drain state of every pod of a DaemonSet", "kubectl shutdown-manager status daemonset/envoy -n projectcontour"},
