@@ -47,7 +47,7 @@ func commands() []command {
 		{"policy", "write a MutatingAdmissionPolicy and its two bindings (opted-in namespaces, opted-in pods) that inject pods in the API server (Kubernetes >= 1.36; YAML out)", runPolicy},
 		{"webhook", "serve the mutating admission webhook that injects opted-in pods (HTTPS POST /mutate-pods; TLS files reloaded)", runWebhook},
 		{"uninject", "remove what inject added from Kubernetes manifests (-f FILE|-; YAML out)", runUninject},
-		{"status", "show Envoy's state and the work in flight per listener", runStatus},
+		{"status", "show Envoy's state and the work in flight per group of listeners and HTTP managers", runStatus},
 		{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)", runInstall},
 		{"version", "print the version, the commit and the Go version (-o json for scripts)", runVersion},
 		{"completion", "write the shell completion script of bash, zsh or fish", runCompletion},

@@ -19,13 +19,13 @@ type example struct{ what, line string }
 // program's.
 var examples = map[string][]example{
 	"serve": {
-		{"the sidecar: API on a unix socket Envoy's exec hook reaches with drain --via", "shutdown-manager serve --listen unix:///var/run/shutdown-manager/api.sock"},
+		{"the sidecar: API on a unix socket Envoy's exec hook reaches with drain --via", "shutdown-manager serve --listen unix:///run/shutdown-manager/api.sock"},
 		{"the API on a port, a 90s drain at most, metrics on a port of their own", "shutdown-manager serve --listen :8090 --drain-timeout 90s --metrics-listen :9090"},
 	},
 	"drain": {
 		{"drain the Envoy this hook runs beside (its admin address read from its process)", "shutdown-manager drain"},
 		{"drain Envoy's admin on a unix socket, at most 60s, and log to Envoy's stdout", "shutdown-manager drain --admin-address unix:///admin/admin.sock --drain-timeout 60s --log-output envoy"},
-		{"join a sidecar's drain (sidecar mode's exec hook)", "shutdown-manager drain --via unix:///var/run/shutdown-manager/api.sock"},
+		{"join a sidecar's drain (sidecar mode's exec hook)", "shutdown-manager drain --via unix:///run/shutdown-manager/api.sock"},
 	},
 	"run": {
 		{"wrap Envoy's command (agent mode): SIGTERM drains, then stops Envoy", "shutdown-manager run --termination-grace-period 120s -- envoy -c /etc/envoy/envoy.yaml"},
@@ -33,7 +33,7 @@ var examples = map[string][]example{
 	},
 	"resume": {
 		{"make a drained Envoy live again", "shutdown-manager resume --admin-address http://127.0.0.1:9901"},
-		{"through a sidecar, canceling its drain", "shutdown-manager resume --via unix:///var/run/shutdown-manager/api.sock --force"},
+		{"through a sidecar, canceling its drain", "shutdown-manager resume --via unix:///run/shutdown-manager/api.sock --force"},
 	},
 	"inject": {
 		{"inject a file's workloads and apply them", "shutdown-manager inject -f envoy.yaml | kubectl apply -f -"},
@@ -70,7 +70,7 @@ var examples = map[string][]example{
 		{"fish", "shutdown-manager completion fish"},
 	},
 	"kubectl": {
-		{"the drain state of a Deployment's pods", "kubectl shutdown-manager status deployment/envoy -n projectcontour"},
+		{"the drain state of a DaemonSet's pods (Contour's Envoy)", "kubectl shutdown-manager status daemonset/envoy -n projectcontour"},
 	},
 	"kubectl status": {
 		{"the drain state of every pod of a DaemonSet", "kubectl shutdown-manager status daemonset/envoy -n projectcontour"},

@@ -5,6 +5,8 @@ import (
 	"context"
 	"strings"
 	"testing"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
 // Every command's help (and the plugin's commands') has an Examples and an Exit codes section, and every
@@ -94,5 +96,26 @@ func TestArgs(t *testing.T) {
 		if got := Args(tt.argv); strings.Join(got, " ") != strings.Join(tt.want, " ") {
 			t.Errorf("Args(%q) = %q, want %q", tt.argv, got, tt.want)
 		}
+	}
+}
+
+// TestHelpSocketIsInjects: a unix socket in a help example of the sidecar's API is the one inject writes, so that
+// an example typed into an injected pod reaches its sidecar.
+func TestHelpSocketIsInjects(t *testing.T) {
+	n := 0
+	for cmd, exs := range examples {
+		for _, ex := range exs {
+			for _, w := range strings.Fields(ex.line) {
+				if strings.HasPrefix(w, "unix://") && strings.HasSuffix(w, "/api.sock") {
+					n++
+					if w != inject.SocketURL {
+						t.Errorf("%s -h example %q names %s; inject writes %s", cmd, ex.line, w, inject.SocketURL)
+					}
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no help example names the sidecar's socket: this test checks nothing")
 	}
 }

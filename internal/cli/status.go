@@ -12,7 +12,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 )
 
-// runStatus prints Envoy's state and the work in flight per listener and HTTP manager, counted as a drain would.
+// runStatus prints Envoy's state and the work in flight per group of listeners and HTTP managers, counted as a drain would.
 func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	var cf countFlags // only what changes the count: the drain's timing flags mean nothing here

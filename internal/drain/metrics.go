@@ -1,6 +1,7 @@
 package drain
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,7 +25,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		phase: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "shutdown_manager_drain_phase",
-			Help: "1 for the phase the drain engine is in, 0 for the others.",
+			Help: "1 for the phase the drain engine is in, 0 for the others (" + joined(Phases) + ").",
 		}, []string{"phase"}),
 		inFlight: newInFlightGauge(),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -34,7 +35,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_drains_total",
-			Help: "Finished drains by outcome (drained, timeout, envoy_gone, error, canceled).",
+			Help: "Finished drains by outcome (" + joined(Outcomes) + ").",
 		}, []string{"outcome"}),
 		adminRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_admin_requests_total",
@@ -42,7 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"endpoint", "result"}),
 		phaseEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_drain_phase_ends_total",
-			Help: "Drain phases ended, by phase and cause (elapsed, done, quiet, drained, deadline, envoy_gone, error, canceled); /status and the log say the reason in words.",
+			Help: "Drain phases ended, by phase and cause (" + joined(Causes) + "); /status and the log say the reason in words.",
 		}, []string{"phase", "cause"}),
 		newTrafficCx: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shutdown_manager_drain_new_connections_total",
@@ -64,6 +65,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.phase, m.inFlight, m.duration, m.drains, m.adminRequests, m.phaseEnds, m.newTrafficCx, m.newTrafficRq, m.inFlightKind)
 	}
 	return m
+}
+
+// joined lists the values of an enumeration for a metric's help: the help says every label value there is, from
+// the enumeration itself, so that a value added to the code is in the help and in the metrics reference.
+func joined[T ~string](values []T) string {
+	s := make([]string, len(values))
+	for i, v := range values {
+		s[i] = string(v)
+	}
+	return strings.Join(s, ", ")
 }
 
 // AdminRequest counts one admin API request; it fits envoyadmin.Options.Observe.

@@ -21,7 +21,7 @@ const (
 	PhaseMinDuration      Phase = "min_duration"      // health checks failing, still accepting, not releasing yet
 	PhaseQuiet            Phase = "quiet"             // past the floor, holding until no new traffic for the quiet period
 	PhaseWaiting          Phase = "waiting"           // polling until the work in flight is at the threshold
-	PhaseReleased         Phase = "released"          // finished; see Outcome
+	PhaseReleased         Phase = "released"          // finished: `outcome` says how
 )
 
 // Phases lists every phase, for metrics.

@@ -139,7 +139,7 @@ type Drain struct {
 const (
 	Prefix = "shutdown-manager.io/"
 
-	AnnotationInject             = Prefix + "inject"       // InjectFalse opts the pod out (ErrOptedOut); see optin.go
+	AnnotationInject             = Prefix + "inject"       // "false": the pod is opted out, left as it is; "true": the pod itself asks for the manager (without an Envoy container it is then a warning, not a silent skip)
 	AnnotationMode               = Prefix + "mode"         // hook, sidecar, agent
 	AnnotationBinaryFrom         = Prefix + "binary-from"  // copy, image-volume
 	AnnotationHook               = Prefix + "hook"         // exec, http
@@ -155,8 +155,8 @@ const (
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
 	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
-	AnnotationTokenSecret = Prefix + "token-secret" // sidecar mode, hook http: the Secret holding the token (Config.TokenSecret)
-	AnnotationTakeover    = Prefix + "takeover"     // "true": take over a peer's shutdown manager (Config.Takeover)
+	AnnotationTokenSecret = Prefix + "token-secret" // sidecar mode, hook http: the Secret holding the token (as --token-secret)
+	AnnotationTakeover    = Prefix + "takeover"     // "true": take over a peer's shutdown manager (as --takeover)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"

@@ -209,6 +209,7 @@ func TestInjectGolden(t *testing.T) {
 				want, _ = Manifests(in, Uninject, &bytes.Buffer{})
 			}
 			assertSameObjects(t, back, want)
+			assertGivenBack(t, want, back)
 		})
 	}
 }

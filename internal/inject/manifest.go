@@ -38,7 +38,8 @@ const (
 var ErrTooLarge = errors.New("too large")
 
 // Manifests applies fn to the pod of every workload in a stream of YAML documents, and returns the
-// stream with those documents re-encoded. Every other document, and every workload fn leaves unchanged,
+// stream with those documents re-encoded in their normal form (encodeLike: keys sorted, no comments; the
+// differences from the input are listed in docs/install.md, "What uninject gives back"). Every other document, and every workload fn leaves unchanged,
 // is written back byte for byte, with its separator line, in order. Errors name the document (1-based
 // index, kind, name). A workload fn skips (ErrOptedOut, ErrNoEnvoy) is left unchanged with a note; notes
 // (and annotations on the workload instead of its pod template) go to notes.
