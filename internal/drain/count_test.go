@@ -306,6 +306,33 @@ func TestCountWatched(t *testing.T) {
 	}
 }
 
+// The testbed's Envoy with a readiness listener and a listener whose manager runs the health_check filter beside
+// a route to the application (TestParseHealthCheckedFixtures), captured on both releases: the quiet period
+// watches that manager's 4 requests that were not health checks, not its listener's connections, and nothing
+// of the readiness listener.
+func TestCountHealthCheckedFixture(t *testing.T) {
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo, err := envoyadmin.ParseListenerConfig(bytes.NewReader(fixture(t, "listeners-checked-"+v+".json")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := envoyadmin.ParseStats(bytes.NewReader(fixture(t, "stats-checked-"+v+".json")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Count(snap, &topo, ModeInflight, Selector{})
+			want := map[string]int64{
+				"listener.ingress_http": snap.ListenerTotals["listener.ingress_http"], "http.ingress_http": 0,
+				"listener.ingress_tcp": 0, "http.checked": 4,
+			}
+			if !reflect.DeepEqual(c.Watched, want) {
+				t.Errorf("Watched = %v, want %v", c.Watched, want)
+			}
+		})
+	}
+}
+
 // fuzzCase builds a topology, a snapshot and a selector from fuzz input: six listeners and six HTTP managers,
 // each byte deciding one thing (ownership, internal, exclusion, gauges, some near math.MaxInt64).
 func fuzzCase(b []byte) (envoyadmin.Topology, envoyadmin.Snapshot, Selector) {

@@ -215,7 +215,7 @@ func TestClientListenerConfig(t *testing.T) {
 }
 
 func FuzzParseListenerConfig(f *testing.F) {
-	for _, p := range []string{"testdata/listeners-1.36.2.json", "testdata/listeners-many-1.40.0.json"} {
+	for _, p := range []string{"testdata/listeners-1.36.2.json", "testdata/listeners-many-1.40.0.json", "testdata/listeners-checked-1.40.0.json"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
@@ -287,11 +287,40 @@ func TestParseReadinessFixtures(t *testing.T) {
 				HTTP: map[string]HTTPGauges{
 					"http.admin":        {Connections: 1, Requests: 1, RequestsTotal: snap.HTTP["http.admin"].RequestsTotal},
 					"http.ingress_http": {Connections: 1, Requests: 1, Upgrades: 1, RequestsTotal: 1},
-					"http.ready":        {RequestsTotal: 2},
+					"http.ready":        {RequestsTotal: 2, HealthChecksTotal: 2},
 				},
 			}
 			if !reflect.DeepEqual(snap, wantSnap) {
 				t.Errorf("ParseStats =\n%+v\nwant\n%+v", snap, wantSnap)
+			}
+			checkScopes(t, topo, snap)
+		})
+	}
+}
+
+// listeners-checked-<v>.json and stats-checked-<v>.json are the testbed's Envoy with a readiness listener and
+// a listener whose manager runs the health_check filter beside a route to the application, after 2 probes and
+// 3 requests, health checks failed, then 2 probes (503) and 1 request, written by
+// `go test ./test/integration -run TestHealthCheckedListenerConfig -update`.
+func TestParseHealthCheckedFixtures(t *testing.T) {
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo := parseFixture(t, "testdata/listeners-checked-"+v+".json")
+			want := []Listener{
+				{Name: "checked", Scope: "listener.checked", HTTP: []string{"http.checked"}, MixedHealthCheck: []string{"http.checked"}},
+				{Name: "ingress_http", Scope: "listener.ingress_http", HTTP: []string{"http.ingress_http"}},
+				{Name: "ingress_tcp", Scope: "listener.ingress_tcp", NonHTTP: true},
+				{Name: "ready", Scope: "listener.ready", HTTP: []string{"http.ready"}, HealthCheck: []string{"http.ready"}},
+			}
+			if !reflect.DeepEqual(topo.Listeners, want) {
+				t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", topo.Listeners, want)
+			}
+			snap := statsFixture(t, "testdata/stats-checked-"+v+".json")
+			if g := snap.HTTP["http.checked"]; g != (HTTPGauges{RequestsTotal: 8, HealthChecksTotal: 4}) {
+				t.Errorf("http.checked = %+v, want 8 requests in all, 4 of them health checks", g)
+			}
+			if g := snap.HTTP["http.ready"]; g != (HTTPGauges{}) {
+				t.Errorf("http.ready = %+v, want nothing", g)
 			}
 			checkScopes(t, topo, snap)
 		})

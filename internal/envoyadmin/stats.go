@@ -19,8 +19,9 @@ import (
 // Envoy's health_check filter, that filter's health_check.request_total (the requests it answered itself,
 // the probes: no other manager has it), which the quiet period takes from downstream_rq_total on a manager
 // that serves traffic too. Per listener that is one stat more than the gauges alone (and one per worker),
-// per HTTP manager two: about twice the bytes (measured by TestReadinessListenerConfig: 2,152 bytes against
-// 1,075 for an Envoy with two workers, three listeners and three HTTP managers besides the admin's).
+// per HTTP manager two (three with the health_check filter): about twice the bytes (measured by
+// TestReadinessListenerConfig: 2,211 bytes against 1,075 for an Envoy with two workers, three listeners and
+// three HTTP managers besides the admin's, one with the health_check filter).
 const ActiveFilter = `^(listener\..*\.downstream_cx_(active|total)|http\..*\.(downstream_(cx_active|cx_upgrades_active|rq_active|rq_total)|health_check\.request_total))$`
 
 // StatsQuery is the query of the drain's poll: ActiveFilter's stats, as JSON. It has no type= (counters and

@@ -107,6 +107,11 @@ func FuzzParseStats(f *testing.F) {
 		}
 		f.Add(string(b))
 	}
+	if b, err := os.ReadFile("testdata/stats-checked-1.40.0.json"); err == nil {
+		f.Add(string(b))
+	} else {
+		f.Fatal(err)
+	}
 	f.Add(`{"stats":[{"name":"http..downstream_rq_active","value":1}]}`)
 	f.Add(`{"stats":[{"name":"http.a.health_check.request_total","value":3},{"name":"http.health_check.request_total","value":1}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
