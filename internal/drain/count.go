@@ -58,7 +58,10 @@ type Counts struct {
 	// answers health checks beside its traffic (Group.MixedHealthChecks: a probe's connection cannot be told
 	// from a client's), and downstream_rq_total of their HTTP managers, less health_check.request_total (the
 	// probes) on a manager that runs the health_check filter. Nil without the listener configuration: it
-	// alone tells a readiness listener's probes from traffic.
+	// alone tells a readiness listener's probes from traffic. Envoy counts a probe in both counters within
+	// one callback on a worker, and one /stats answer reads them one after the other: a poll that falls
+	// between the two sees one request too many or too few for one poll, which can only restart the quiet
+	// period (hold longer), never end it sooner.
 	Watched map[string]int64
 }
 
