@@ -53,10 +53,15 @@ type Counts struct {
 	Groups    []Group      // every group, counted or not, sorted by its first member
 	Basis     string       // BasisListenerConfig, or "fallback: <why>"
 	Kinds     Kinds        // the counted groups' work in flight by kind, whatever the mode
-	// Watched are the counters that show new traffic, by raw scope: downstream_cx_total of the listeners
-	// and downstream_rq_total of the HTTP managers of the counted groups that serve no health checks
-	// (Group.HealthChecks). Nil without the listener configuration: it alone tells a readiness listener's
-	// probes from traffic.
+	// Watched are the counters that show new traffic, by raw scope, of the counted groups that are not
+	// readiness endpoints only (Group.HealthChecks): downstream_cx_total of their listeners, unless the group
+	// answers health checks beside its traffic (Group.MixedHealthChecks: a probe's connection cannot be told
+	// from a client's), and downstream_rq_total of their HTTP managers, less health_check.request_total (the
+	// probes) on a manager that runs the health_check filter. Nil without the listener configuration: it
+	// alone tells a readiness listener's probes from traffic. Envoy counts a probe in both counters within
+	// one callback on a worker, and one /stats answer reads them one after the other: a poll that falls
+	// between the two sees one request too many or too few for one poll, which can only restart the quiet
+	// period (hold longer), never end it sooner.
 	Watched map[string]int64
 }
 
@@ -118,10 +123,15 @@ type Group struct {
 	NonHTTP         int64    `json:"non_http_connections"` // max(0, connections - http_connections)
 	Counted         bool     `json:"counted"`
 	// HealthChecks is set for a group with a readiness endpoint (envoyadmin.Listener.HealthCheck: an HTTP
-	// manager that runs Envoy's health_check filter, or whose routes all go to Envoy's own admin API, as
-	// Contour's stats-health listener's do): its connections and requests are probes and load balancers'
-	// health checks, so the quiet period does not watch them. Its work in flight counts as any other's.
+	// manager that runs Envoy's health_check filter and passes no request on to a cluster, or whose routes
+	// all go to Envoy's own admin API, as Contour's stats-health listener's do): its connections and requests
+	// are probes and load balancers' health checks, so the quiet period does not watch them. Its work in
+	// flight counts as any other's.
 	HealthChecks bool `json:"health_checks,omitempty"`
+	// MixedHealthChecks is set for a group, not HealthChecks, with an HTTP manager that runs the health_check
+	// filter and also passes requests on to clusters (envoyadmin.Listener.MixedHealthCheck): the quiet period
+	// watches its managers' requests less the filter's health checks, and not its listeners' connections.
+	MixedHealthChecks bool `json:"mixed_health_checks,omitempty"`
 	// Reason says why a group is not counted, or why a counted one counts every connection (a listener
 	// the configuration read does not know).
 	Reason string `json:"reason,omitempty"`
@@ -224,8 +234,9 @@ func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel S
 			for _, n := range members {
 				for _, raw := range n.raw {
 					if n.manager {
-						c.Watched[raw] = snap.HTTP[raw].RequestsTotal
-					} else if v, ok := snap.ListenerTotals[raw]; ok {
+						h := snap.HTTP[raw]
+						c.Watched[raw] = max(0, h.RequestsTotal-h.HealthChecksTotal)
+					} else if v, ok := snap.ListenerTotals[raw]; ok && !grp.MixedHealthChecks {
 						c.Watched[raw] = v
 					}
 				}
@@ -276,6 +287,7 @@ type node struct {
 	cx, rq     int64
 	upgraded   int64
 	health     bool // an HTTP manager that is a readiness endpoint (envoyadmin.Listener.HealthCheck)
+	mixed      bool // an HTTP manager that answers health checks and serves traffic (envoyadmin.Listener.MixedHealthCheck)
 	builtin    bool // the admin's, or an internal listener
 	configured bool // in the topology
 	parent     *node
@@ -311,6 +323,11 @@ func newGrouping(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, sel Select
 			for _, h := range l.HealthCheck {
 				if envoyadmin.CanonicalScope(h) != adminManager {
 					g.node(h, true).health = true
+				}
+			}
+			for _, h := range l.MixedHealthCheck {
+				if envoyadmin.CanonicalScope(h) != adminManager {
+					g.node(h, true).mixed = true
 				}
 			}
 		}
@@ -425,6 +442,7 @@ func (g *grouping) judge(members []*node, configured bool, sel Selector) (Group,
 			grp.Requests = addSat(grp.Requests, n.rq)
 			grp.Upgraded = addSat(grp.Upgraded, n.upgraded)
 			grp.HealthChecks = grp.HealthChecks || n.health
+			grp.MixedHealthChecks = grp.MixedHealthChecks || n.mixed
 			if n.builtin {
 				builtinManagers++
 			}
@@ -443,6 +461,7 @@ func (g *grouping) judge(members []*node, configured bool, sel Selector) (Group,
 	sort.Strings(grp.Listeners)
 	sort.Strings(grp.Managers)
 	grp.NonHTTP = max(0, grp.Connections-grp.HTTPConnections)
+	grp.MixedHealthChecks = grp.MixedHealthChecks && !grp.HealthChecks
 	switch {
 	case listeners > 0 && builtinListeners == listeners, listeners == 0 && builtinManagers == len(members):
 		grp.Reason = reasonBuiltin

@@ -230,6 +230,109 @@ func TestCountGroups(t *testing.T) {
 	}
 }
 
+// The counters the quiet period watches: every counted group's listeners' new connections and managers'
+// new requests; nothing of a readiness endpoint only; of a group whose manager answers health checks beside
+// its traffic, its managers' requests less their health checks, and no connection (a probe's connection is
+// not told from a client's).
+func TestCountWatched(t *testing.T) {
+	snap := envoyadmin.Snapshot{
+		Listeners:      map[string]int64{"listener.app": 1, "listener.ready": 0, "listener.checked": 2, "listener.both": 0},
+		ListenerTotals: map[string]int64{"listener.app": 10, "listener.ready": 40, "listener.checked": 50, "listener.both": 60},
+		HTTP: map[string]envoyadmin.HTTPGauges{
+			"http.app":     {Connections: 1, RequestsTotal: 11},
+			"http.ready":   {RequestsTotal: 40, HealthChecksTotal: 38},
+			"http.checked": {Connections: 2, RequestsTotal: 70, HealthChecksTotal: 45},
+			"http.probe":   {RequestsTotal: 30, HealthChecksTotal: 30},
+			"http.web":     {RequestsTotal: 9, HealthChecksTotal: 2},
+		},
+	}
+	topo := &envoyadmin.Topology{Listeners: []envoyadmin.Listener{
+		{Scope: "listener.app", HTTP: []string{"http.app"}},
+		{Scope: "listener.ready", HTTP: []string{"http.ready"}, HealthCheck: []string{"http.ready"}},
+		{Scope: "listener.checked", HTTP: []string{"http.checked"}, MixedHealthCheck: []string{"http.checked"}},
+		// A readiness manager and a mixed one on one listener: the group is a readiness endpoint.
+		{Scope: "listener.both", HTTP: []string{"http.probe", "http.web"}, HealthCheck: []string{"http.probe"}, MixedHealthCheck: []string{"http.web"}},
+	}}
+	tests := []struct {
+		name string
+		snap envoyadmin.Snapshot
+		topo *envoyadmin.Topology
+		sel  Selector
+		want map[string]int64
+	}{
+		{"each kind of group", snap, topo, Selector{}, map[string]int64{
+			"listener.app": 10, "http.app": 11,
+			"http.checked": 70 - 45, // no listener.checked: its probes open connections too
+		}},
+		{"health checks above the requests (never in Envoy) count as none", with(snap, func(s *envoyadmin.Snapshot) {
+			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 3, HealthChecksTotal: 5}
+		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": 0}},
+		{"an excluded group is not watched", snap, topo, Selector{Exclude: []*regexp.Regexp{regexp.MustCompile(`checked`)}},
+			map[string]int64{"listener.app": 10, "http.app": 11}},
+		{"without the configuration nothing is", snap, nil, Selector{}, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Count(tt.snap, tt.topo, ModeInflight, tt.sel)
+			if !reflect.DeepEqual(c.Watched, tt.want) {
+				t.Errorf("Watched = %v, want %v", c.Watched, tt.want)
+			}
+		})
+	}
+	c := Count(snap, topo, ModeInflight, Selector{})
+	for scope, want := range map[string][2]bool{"listener.app": {false, false}, "listener.ready": {true, false}, "listener.checked": {false, true}, "listener.both": {true, false}} {
+		if g := groupOf(c, scope); g == nil || g.HealthChecks != want[0] || g.MixedHealthChecks != want[1] {
+			t.Errorf("group of %s = %+v, want HealthChecks %v, MixedHealthChecks %v", scope, g, want[0], want[1])
+		}
+	}
+	// The quiet period sees a mixed listener's requests and not its probes: three probes (each a new
+	// connection and a request the filter answers) and two requests on one keep-alive connection.
+	q := newQuietWatch(time.Second, time.Unix(0, 0))
+	q.observe(time.Unix(1, 0), c.Watched, c.Basis)
+	probes := with(snap, func(s *envoyadmin.Snapshot) {
+		s.ListenerTotals["listener.checked"] += 3
+		s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 73, HealthChecksTotal: 48}
+	})
+	c = Count(probes, topo, ModeInflight, Selector{})
+	if cx, rq := q.observe(time.Unix(2, 0), c.Watched, c.Basis); cx != 0 || rq != 0 {
+		t.Errorf("probes on the mixed listener: %d new connections, %d new requests; want none", cx, rq)
+	}
+	traffic := with(probes, func(s *envoyadmin.Snapshot) {
+		s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 75, HealthChecksTotal: 48}
+	})
+	c = Count(traffic, topo, ModeInflight, Selector{})
+	if cx, rq := q.observe(time.Unix(3, 0), c.Watched, c.Basis); cx != 0 || rq != 2 {
+		t.Errorf("traffic on the mixed listener: %d new connections, %d new requests; want 0 and 2", cx, rq)
+	}
+}
+
+// The testbed's Envoy with a readiness listener and a listener whose manager runs the health_check filter beside
+// a route to the application (TestParseHealthCheckedFixtures), captured on both releases: the quiet period
+// watches that manager's 4 requests that were not health checks, not its listener's connections, and nothing
+// of the readiness listener.
+func TestCountHealthCheckedFixture(t *testing.T) {
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo, err := envoyadmin.ParseListenerConfig(bytes.NewReader(fixture(t, "listeners-checked-"+v+".json")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, err := envoyadmin.ParseStats(bytes.NewReader(fixture(t, "stats-checked-"+v+".json")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := Count(snap, &topo, ModeInflight, Selector{})
+			want := map[string]int64{
+				"listener.ingress_http": snap.ListenerTotals["listener.ingress_http"], "http.ingress_http": 0,
+				"listener.ingress_tcp": 0, "http.checked": 4,
+			}
+			if !reflect.DeepEqual(c.Watched, want) {
+				t.Errorf("Watched = %v, want %v", c.Watched, want)
+			}
+		})
+	}
+}
+
 // fuzzCase builds a topology, a snapshot and a selector from fuzz input: six listeners and six HTTP managers,
 // each byte deciding one thing (ownership, internal, exclusion, gauges, some near math.MaxInt64).
 func fuzzCase(b []byte) (envoyadmin.Topology, envoyadmin.Snapshot, Selector) {
@@ -276,12 +379,30 @@ func fuzzCase(b []byte) (envoyadmin.Topology, envoyadmin.Snapshot, Selector) {
 	}
 	for h := range n {
 		flags := next()
+		name := fmt.Sprintf("http.h%d", h)
 		if flags&1 == 0 {
-			snap.HTTP[fmt.Sprintf("http.h%d", h)] = envoyadmin.HTTPGauges{Connections: gauge(), Requests: gauge()}
+			snap.HTTP[name] = envoyadmin.HTTPGauges{Connections: gauge(), Requests: gauge()}
 		}
 		if flags&2 != 0 {
 			sel.Exclude = append(sel.Exclude, regexp.MustCompile(fmt.Sprintf(`^http\.h%d$`, h)))
 		}
+		// A readiness manager only (4), or one that serves traffic too (8), on every listener that has it.
+		for i, l := range topo.Listeners {
+			if slices.Contains(l.HTTP, name) && flags&4 != 0 {
+				topo.Listeners[i].HealthCheck = append(topo.Listeners[i].HealthCheck, name)
+			} else if slices.Contains(l.HTTP, name) && flags&8 != 0 {
+				topo.Listeners[i].MixedHealthCheck = append(topo.Listeners[i].MixedHealthCheck, name)
+			}
+		}
+		if g, ok := snap.HTTP[name]; ok && flags&16 != 0 {
+			g.HealthChecksTotal = int64(next() % 8)
+			g.RequestsTotal = g.HealthChecksTotal + int64(next()%8)
+			snap.HTTP[name] = g
+		}
+	}
+	snap.ListenerTotals = map[string]int64{}
+	for l := range snap.Listeners {
+		snap.ListenerTotals[l] = int64(next() % 8)
 	}
 	if next()&1 != 0 {
 		snap.Listeners["listener.admin"], snap.HTTP["http.admin"] = 1, envoyadmin.HTTPGauges{Connections: 1, Requests: 1}
@@ -396,9 +517,56 @@ func FuzzCount(f *testing.F) {
 	})
 }
 
+// The quiet period's counters over random topologies: a probe (a new connection and a request the
+// health_check filter answers) on a manager that runs the filter never shows as new traffic; a request a
+// watched manager passes on always does, as one request.
+func FuzzCountWatched(f *testing.F) {
+	f.Add([]byte{0, 1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 8 | 16, 3, 4, 4 | 16, 2, 2, 0, 0, 16, 1, 1, 0, 0, 0, 0, 1, 2, 3})
+	f.Add([]byte{0, 3, 0, 3, 0, 6, 0, 0, 0, 0, 0, 0, 8 | 16, 3, 4, 4, 8, 16, 1, 1, 0, 0, 0, 0, 5, 6, 7})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		topo, snap, sel := fuzzCase(b)
+		c := Count(snap, &topo, ModeInflight, sel)
+		checkers := map[string]bool{} // managers that run the health_check filter
+		for _, l := range topo.Listeners {
+			for _, h := range append(slices.Clone(l.HealthCheck), l.MixedHealthCheck...) {
+				checkers[h] = true
+			}
+		}
+		for h, g := range snap.HTTP {
+			if !checkers[h] {
+				continue
+			}
+			probe := with(snap, func(s *envoyadmin.Snapshot) {
+				s.HTTP[h] = envoyadmin.HTTPGauges{Connections: g.Connections, Requests: g.Requests, RequestsTotal: g.RequestsTotal + 1, HealthChecksTotal: g.HealthChecksTotal + 1}
+				for _, l := range topo.Listeners {
+					if slices.Contains(l.HTTP, h) {
+						s.ListenerTotals[l.Scope]++
+					}
+				}
+			})
+			if got := Count(probe, &topo, ModeInflight, sel).Watched; !reflect.DeepEqual(got, c.Watched) {
+				t.Fatalf("a probe on %s changed Watched %v -> %v", h, c.Watched, got)
+			}
+		}
+		for h, g := range snap.HTTP {
+			before, watched := c.Watched[h]
+			if !watched {
+				continue
+			}
+			req := with(snap, func(s *envoyadmin.Snapshot) {
+				g.RequestsTotal++
+				s.HTTP[h] = g
+			})
+			if got := Count(req, &topo, ModeInflight, sel).Watched[h]; got != before+1 {
+				t.Fatalf("a request on the watched %s: Watched %d -> %d, want one more", h, before, got)
+			}
+		}
+	})
+}
+
 // with returns a copy of s changed by f.
 func with(s envoyadmin.Snapshot, f func(s *envoyadmin.Snapshot)) envoyadmin.Snapshot {
-	c := envoyadmin.Snapshot{Listeners: maps.Clone(s.Listeners), HTTP: maps.Clone(s.HTTP)}
+	c := envoyadmin.Snapshot{Listeners: maps.Clone(s.Listeners), HTTP: maps.Clone(s.HTTP), ListenerTotals: maps.Clone(s.ListenerTotals)}
 	f(&c)
 	return c
 }

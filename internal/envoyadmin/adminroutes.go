@@ -132,7 +132,8 @@ func (a *addressJSON) address() Address {
 
 // MarkAdminRoutes adds to the HealthCheck of each listener the HTTP managers whose every route goes to a
 // cluster of clusters (ParseStaticClusters) whose every endpoint is admin, the address the drain calls Envoy's
-// admin API at. A cluster not in clusters (not static, or not read) is not the admin's.
+// admin API at (taking them out of MixedHealthCheck: a health_check filter in front of the admin serves no
+// traffic either). A cluster not in clusters (not static, or not read) is not the admin's.
 func (t *Topology) MarkAdminRoutes(clusters map[string][]Address, admin Address) {
 	adminOnly := map[string]bool{}
 	for prefix, names := range t.routes {
@@ -149,6 +150,10 @@ func (t *Topology) MarkAdminRoutes(clusters map[string][]Address, admin Address)
 			}
 		}
 		slices.Sort(l.HealthCheck)
+		l.MixedHealthCheck = slices.DeleteFunc(l.MixedHealthCheck, func(h string) bool { return adminOnly[h] })
+		if len(l.MixedHealthCheck) == 0 {
+			l.MixedHealthCheck = nil
+		}
 	}
 }
 

@@ -112,6 +112,37 @@ func TestMarkAdminRoutesNeedsEveryRoute(t *testing.T) {
 	}
 }
 
+// A manager that runs the health_check filter in front of routes that all go to the admin serves no traffic:
+// MarkAdminRoutes moves it from MixedHealthCheck to HealthCheck. One that routes elsewhere too stays mixed.
+func TestMarkAdminRoutesHealthCheckFilter(t *testing.T) {
+	admin := Address{Network: "tcp", Addr: "127.0.0.1:19000"}
+	clusters := map[string][]Address{"admin": {{Network: "tcp", Addr: "127.0.0.1:19000"}}, "app": {{Network: "tcp", Addr: "10.0.0.7:8080"}}}
+	const hc = `{"name":"hc","typed_config":{"@type":"` + healthCheckType + `","pass_through_mode":false}}`
+	chain := func(cluster string) string {
+		return strings.Replace(hcmChain("s", `{"match":{"prefix":"/"},"route":{"cluster":"`+cluster+`"}}`), `"http_filters":[`, `"http_filters":[`+hc+`,`, 1)
+	}
+	for _, tc := range []struct {
+		cluster           string
+		wantHC, wantMixed []string
+	}{
+		{"admin", []string{"http.s"}, nil},
+		{"app", nil, []string{"http.s"}},
+	} {
+		in := `{"configs":[{"static_listeners":[` + staticListener("l", 19001, chain(tc.cluster)) + `]}]}`
+		topo, err := ParseListenerConfig(strings.NewReader(in))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := topo.Listeners[0]; l.HealthCheck != nil || !reflect.DeepEqual(l.MixedHealthCheck, []string{"http.s"}) {
+			t.Fatalf("%s: before MarkAdminRoutes: %+v, want mixed", tc.cluster, l)
+		}
+		topo.MarkAdminRoutes(clusters, admin)
+		if l := topo.Listeners[0]; !reflect.DeepEqual(l.HealthCheck, tc.wantHC) || !reflect.DeepEqual(l.MixedHealthCheck, tc.wantMixed) {
+			t.Errorf("%s: HealthCheck %q, MixedHealthCheck %q; want %q, %q", tc.cluster, l.HealthCheck, l.MixedHealthCheck, tc.wantHC, tc.wantMixed)
+		}
+	}
+}
+
 func TestSameAdmin(t *testing.T) {
 	tcp := func(a string) Address { return Address{Network: "tcp", Addr: a} }
 	unix := func(a string) Address { return Address{Network: "unix", Addr: a} }

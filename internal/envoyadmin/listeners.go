@@ -27,6 +27,10 @@ type Topology struct {
 	// they were read, or none was needed.
 	AdminRoutesUnread string
 
+	// forwards: per HTTP manager scope, true if some chain's manager with that scope may pass a request
+	// on to a cluster (a route to a cluster, weighted clusters, a cluster from a header, or routes that are
+	// not inline: RDS, scoped routes), false if every route answers itself (or there is none).
+	forwards map[string]bool
 	// routes: per HTTP manager scope, the clusters its routes go to, for a manager whose every route
 	// goes to one named cluster or answers itself (a direct response or a redirect), in every chain and
 	// listener that has it; nil for any other (RDS, weighted clusters, a cluster from a header).
@@ -48,12 +52,19 @@ type Listener struct {
 	HTTP []string
 	// NonHTTP is set if some filter chain ends in another network filter (TCP proxy, or one not recognised).
 	NonHTTP bool
-	// HealthCheck lists the HTTP managers of HTTP that are readiness endpoints, whose requests are
-	// kubelet's probes and load balancers' health checks, not traffic: those that run Envoy's health_check
-	// filter (envoy.filters.http.health_check), and, once MarkAdminRoutes has run, those whose routes all
-	// go to Envoy's own admin API (Contour's stats-health listener: /ready and /stats passed to the admin).
-	// Sorted, without duplicates; nil if none.
+	// HealthCheck lists the HTTP managers of HTTP that are readiness endpoints and nothing else, whose
+	// requests are kubelet's probes and load balancers' health checks, not traffic: those that run Envoy's
+	// health_check filter (envoy.filters.http.health_check) and pass no request on to a cluster (no route, or
+	// every route a direct response, a redirect or no forwarding), and, once MarkAdminRoutes has run, those
+	// whose routes all go to Envoy's own admin API (Contour's stats-health listener: /ready and /stats passed
+	// to the admin). Sorted, without duplicates; nil if none.
 	HealthCheck []string
+	// MixedHealthCheck lists the HTTP managers of HTTP that run the health_check filter and also pass
+	// requests on to clusters (or whose routes are not inline, so may): the load balancer checks the port
+	// it sends traffic to. Their requests are both probes and traffic; the filter's own counter
+	// (health_check.request_total, HTTPGauges.HealthChecksTotal) tells the probes apart, no connection
+	// counter does. Sorted, without duplicates, none of HealthCheck; nil if none.
+	MixedHealthCheck []string
 }
 
 // CanonicalScope writes a stat scope the way Envoy 1.40 does: ':' as '_'. Envoy 1.36 writes a ':' of an
@@ -132,6 +143,7 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 	}
 	byScope := map[string]*Listener{}
 	routes := map[string][]string{} // as Topology.routes, with nil for a manager seen routing otherwise
+	forwards := map[string]bool{}   // as Topology.forwards
 	add := func(l *listenerJSON, name string) {
 		if l == nil {
 			return
@@ -163,6 +175,7 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 			if c.healthCheck() {
 				t.HealthCheck = append(t.HealthCheck, prefix)
 			}
+			forwards[prefix] = forwards[prefix] || c.forwards()
 			// One chain that routes otherwise disqualifies the manager for good (nil).
 			mine, ok := c.routeClusters()
 			if prev, seen := routes[prefix]; ok && (!seen || prev != nil) {
@@ -184,7 +197,7 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 			}
 		}
 	}
-	topo := Topology{Listeners: make([]Listener, 0, len(byScope))}
+	topo := Topology{Listeners: make([]Listener, 0, len(byScope)), forwards: forwards}
 	for prefix, clusters := range routes {
 		if clusters == nil {
 			continue
@@ -200,6 +213,7 @@ func ParseListenerConfig(r io.Reader) (Topology, error) {
 		t.HTTP = slices.Compact(t.HTTP)
 		slices.Sort(t.HealthCheck)
 		t.HealthCheck = slices.Compact(t.HealthCheck)
+		t.splitMixed(forwards)
 		topo.Listeners = append(topo.Listeners, *t)
 	}
 	slices.SortFunc(topo.Listeners, func(a, b Listener) int { return strings.Compare(a.Scope, b.Scope) })
@@ -278,6 +292,38 @@ func (c filterChain) routeClusters() ([]string, bool) {
 		}
 	}
 	return clusters, len(clusters) > 0
+}
+
+// forwards reports whether the chain's HTTP manager may pass a request on to a cluster: its routes are not
+// inline (RDS, scoped routes: not known here, so they may), or some route is not a direct response, a
+// redirect or no forwarding. Call it only on a chain httpManager accepts.
+func (c filterChain) forwards() bool {
+	rc := c.Filters[len(c.Filters)-1].TypedConfig.RouteConfig
+	if rc == nil {
+		return true
+	}
+	for _, vh := range rc.VirtualHosts {
+		for _, r := range vh.Routes {
+			if r.Route != nil || !present(r.DirectResponse) && !present(r.Redirect) && !present(r.NonForwardingAction) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// splitMixed moves the managers of HealthCheck that forward requests to a cluster (forwards, by manager
+// scope) to MixedHealthCheck: they serve traffic beside the health checks.
+func (l *Listener) splitMixed(forwards map[string]bool) {
+	var pure []string
+	for _, h := range l.HealthCheck {
+		if forwards[h] {
+			l.MixedHealthCheck = append(l.MixedHealthCheck, h)
+		} else {
+			pure = append(pure, h)
+		}
+	}
+	l.HealthCheck = pure
 }
 
 // present reports whether a JSON field was given a value (not left out, not null).

@@ -215,7 +215,7 @@ func TestClientListenerConfig(t *testing.T) {
 }
 
 func FuzzParseListenerConfig(f *testing.F) {
-	for _, p := range []string{"testdata/listeners-1.36.2.json", "testdata/listeners-many-1.40.0.json"} {
+	for _, p := range []string{"testdata/listeners-1.36.2.json", "testdata/listeners-many-1.40.0.json", "testdata/listeners-checked-1.40.0.json"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)
@@ -224,6 +224,9 @@ func FuzzParseListenerConfig(f *testing.F) {
 	}
 	f.Add([]byte(`{"configs":[{"dynamic_listeners":[{"name":"n","warming_state":{"listener":{"internal_listener":{},"default_filter_chain":{"filters":[{"typed_config":{"@type":"` + hcmType + `","stat_prefix":"a:b"}}]}}}}]}]}`))
 	f.Add([]byte(`{"configs":[{"static_listeners":[{"listener":{"address":{"socket_address":{"address":"fe80::1%eth0","port_value":1}}}}]}]}`))
+	f.Add([]byte(`{"configs":[{"static_listeners":[{"listener":{"stat_prefix":"l","filter_chains":[{"filters":[{"typed_config":{"@type":"` + hcmType +
+		`","stat_prefix":"p","route_config":{"virtual_hosts":[{"routes":[{"route":{"cluster":"c"}},{"direct_response":{}}]}]},"http_filters":[{"typed_config":{"@type":"` +
+		healthCheckType + `"}}]}}]},{"filters":[{"typed_config":{"@type":"` + hcmType + `","stat_prefix":"p","route_config":{}}}]}]}}]}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		topo, err := ParseListenerConfig(strings.NewReader(string(b)))
 		if err != nil {
@@ -235,6 +238,16 @@ func FuzzParseListenerConfig(f *testing.F) {
 			}
 			if i > 0 && topo.Listeners[i-1].Scope >= l.Scope {
 				t.Errorf("scopes not sorted and unique: %q then %q", topo.Listeners[i-1].Scope, l.Scope)
+			}
+			for _, h := range append(slices.Clone(l.HealthCheck), l.MixedHealthCheck...) {
+				if !slices.Contains(l.HTTP, h) {
+					t.Errorf("readiness manager %q not one of HTTP %q", h, l.HTTP)
+				}
+			}
+			for _, h := range l.MixedHealthCheck {
+				if slices.Contains(l.HealthCheck, h) {
+					t.Errorf("manager %q both a readiness endpoint only and mixed", h)
+				}
 			}
 			if !slices.IsSorted(l.HTTP) || len(slices.Compact(slices.Clone(l.HTTP))) != len(l.HTTP) {
 				t.Errorf("HTTP scopes not sorted and unique: %q", l.HTTP)
@@ -274,7 +287,7 @@ func TestParseReadinessFixtures(t *testing.T) {
 				HTTP: map[string]HTTPGauges{
 					"http.admin":        {Connections: 1, Requests: 1, RequestsTotal: snap.HTTP["http.admin"].RequestsTotal},
 					"http.ingress_http": {Connections: 1, Requests: 1, Upgrades: 1, RequestsTotal: 1},
-					"http.ready":        {RequestsTotal: 2},
+					"http.ready":        {RequestsTotal: 2, HealthChecksTotal: 2},
 				},
 			}
 			if !reflect.DeepEqual(snap, wantSnap) {
@@ -285,20 +298,95 @@ func TestParseReadinessFixtures(t *testing.T) {
 	}
 }
 
+// listeners-checked-<v>.json and stats-checked-<v>.json are the testbed's Envoy with a readiness listener and
+// a listener whose manager runs the health_check filter beside a route to the application, after 2 probes and
+// 3 requests, health checks failed, then 2 probes (503) and 1 request, written by
+// `go test ./test/integration -run TestHealthCheckedListenerConfig -update`.
+func TestParseHealthCheckedFixtures(t *testing.T) {
+	for _, v := range []string{"1.36.2", "1.40.0"} {
+		t.Run(v, func(t *testing.T) {
+			topo := parseFixture(t, "testdata/listeners-checked-"+v+".json")
+			want := []Listener{
+				{Name: "checked", Scope: "listener.checked", HTTP: []string{"http.checked"}, MixedHealthCheck: []string{"http.checked"}},
+				{Name: "ingress_http", Scope: "listener.ingress_http", HTTP: []string{"http.ingress_http"}},
+				{Name: "ingress_tcp", Scope: "listener.ingress_tcp", NonHTTP: true},
+				{Name: "ready", Scope: "listener.ready", HTTP: []string{"http.ready"}, HealthCheck: []string{"http.ready"}},
+			}
+			if !reflect.DeepEqual(topo.Listeners, want) {
+				t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", topo.Listeners, want)
+			}
+			snap := statsFixture(t, "testdata/stats-checked-"+v+".json")
+			if g := snap.HTTP["http.checked"]; g != (HTTPGauges{RequestsTotal: 8, HealthChecksTotal: 4}) {
+				t.Errorf("http.checked = %+v, want 8 requests in all, 4 of them health checks", g)
+			}
+			if g := snap.HTTP["http.ready"]; g != (HTTPGauges{}) {
+				t.Errorf("http.ready = %+v, want nothing", g)
+			}
+			checkScopes(t, topo, snap)
+		})
+	}
+}
+
+// A manager that runs the health_check filter is a readiness endpoint only (HealthCheck) when it passes no
+// request on to a cluster; beside real routes, or routes not inline (RDS), it is mixed (MixedHealthCheck):
+// the load balancer checks the port it sends traffic to. Chains of one stat_prefix decide together.
 func TestParseListenerConfigHealthCheck(t *testing.T) {
-	const hc = `{"name":"envoy.filters.http.health_check","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck"}}`
+	const hc = `{"name":"envoy.filters.http.health_check","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck","pass_through_mode":false}}`
+	const hcPass = `{"name":"envoy.filters.http.health_check","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck","pass_through_mode":true}}`
 	const router = `{"name":"r","typed_config":{"@type":"type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}`
-	hcm := func(prefix string, filters ...string) string {
-		return `{"filters":[{"typed_config":{"@type":"` + hcmType + `","stat_prefix":"` + prefix + `","http_filters":[` + strings.Join(filters, ",") + `]}}]}`
+	const (
+		noRoutes = `{"virtual_hosts":[{"name":"all","domains":["*"]}]}`
+		direct   = `{"virtual_hosts":[{"name":"v","routes":[{"match":{"prefix":"/"},"direct_response":{"status":404}},{"match":{"prefix":"/old"},"redirect":{"path_redirect":"/"}}]}]}`
+		cluster  = `{"virtual_hosts":[{"name":"v","routes":[{"match":{"prefix":"/"},"route":{"cluster":"app"}}]}]}`
+		weighted = `{"virtual_hosts":[{"name":"v","routes":[{"match":{"prefix":"/"},"route":{"weighted_clusters":{"clusters":[{"name":"a","weight":1}]}}}]}]}`
+		unknown  = `{"virtual_hosts":[{"name":"v","routes":[{"match":{"prefix":"/"}}]}]}` // an action this reading does not know
+		rds      = ""                                                                     // no route_config: RDS or scoped routes
+	)
+	// hcm is a chain whose manager has the stat_prefix, the routes (JSON, or "" for none inline) and the filters.
+	hcm := func(prefix, routes string, filters ...string) string {
+		rc := ""
+		if routes != "" {
+			rc = `,"route_config":` + routes
+		}
+		return `{"filters":[{"typed_config":{"@type":"` + hcmType + `","stat_prefix":"` + prefix + `"` + rc +
+			`,"http_filters":[` + strings.Join(filters, ",") + `]}}]}`
 	}
-	in := `{"configs":[{"static_listeners":[{"listener":{"name":"l","stat_prefix":"l","filter_chains":[` +
-		hcm("app", router) + `,` + hcm("probe", hc, router) + `,` + hcm("probe", hc) + `]}}]}]}`
-	got, err := ParseListenerConfig(strings.NewReader(in))
-	if err != nil {
-		t.Fatal(err)
+	tests := []struct {
+		name              string
+		chains            []string
+		wantHC, wantMixed []string
+	}{
+		{"no routes", []string{hcm("p", noRoutes, hc, router)}, []string{"http.p"}, nil},
+		{"direct responses and redirects only", []string{hcm("p", direct, hc, router)}, []string{"http.p"}, nil},
+		{"pass-through mode without a route to a cluster", []string{hcm("p", noRoutes, hcPass, router)}, []string{"http.p"}, nil},
+		{"a route to a cluster", []string{hcm("p", cluster, hc, router)}, nil, []string{"http.p"}},
+		{"pass-through mode and a route to a cluster", []string{hcm("p", cluster, hcPass, router)}, nil, []string{"http.p"}},
+		{"weighted clusters", []string{hcm("p", weighted, hc, router)}, nil, []string{"http.p"}},
+		{"a route action not known", []string{hcm("p", unknown, hc, router)}, nil, []string{"http.p"}},
+		{"routes not inline (RDS)", []string{hcm("p", rds, hc, router)}, nil, []string{"http.p"}},
+		{"no health_check filter", []string{hcm("p", noRoutes, router), hcm("q", cluster, router)}, nil, nil},
+		{"one prefix, the filter in one chain, a route to a cluster in another",
+			[]string{hcm("p", noRoutes, hc, router), hcm("p", cluster, router)}, nil, []string{"http.p"}},
+		{"a readiness manager and an application manager on one listener",
+			[]string{hcm("app", cluster, router), hcm("probe", noRoutes, hc, router), hcm("probe", direct, hc)}, []string{"http.probe"}, nil},
+		{"a readiness manager and a mixed one on one listener",
+			[]string{hcm("app", cluster, hc, router), hcm("probe", noRoutes, hc, router)}, []string{"http.probe"}, []string{"http.app"}},
 	}
-	want := []Listener{{Name: "l", Scope: "listener.l", HTTP: []string{"http.app", "http.probe"}, HealthCheck: []string{"http.probe"}}}
-	if !reflect.DeepEqual(got.Listeners, want) {
-		t.Errorf("ParseListenerConfig =\n%+v\nwant\n%+v", got.Listeners, want)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := `{"configs":[{"static_listeners":[{"listener":{"name":"l","stat_prefix":"l","filter_chains":[` +
+				strings.Join(tt.chains, ",") + `]}}]}]}`
+			got, err := ParseListenerConfig(strings.NewReader(in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Listeners) != 1 {
+				t.Fatalf("listeners %+v, want one", got.Listeners)
+			}
+			l := got.Listeners[0]
+			if !reflect.DeepEqual(l.HealthCheck, tt.wantHC) || !reflect.DeepEqual(l.MixedHealthCheck, tt.wantMixed) {
+				t.Errorf("HealthCheck %q, MixedHealthCheck %q; want %q, %q", l.HealthCheck, l.MixedHealthCheck, tt.wantHC, tt.wantMixed)
+			}
+		})
 	}
 }

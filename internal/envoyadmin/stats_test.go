@@ -60,6 +60,8 @@ func TestParseStats(t *testing.T) {
 			Snapshot{Listeners: map[string]int64{}, HTTP: map[string]HTTPGauges{"http.a.b": {Requests: 4}}}, false},
 		{"per-worker copies ignored", `{"stats":[{"name":"listener.x.worker_12.downstream_cx_active","value":4},{"name":"listener.admin.main_thread.downstream_cx_active","value":1}]}`,
 			Snapshot{Listeners: map[string]int64{}, HTTP: map[string]HTTPGauges{}}, false},
+		{"the health_check filter's counter", `{"stats":[{"name":"http.app.downstream_rq_total","value":7},{"name":"http.app.health_check.request_total","value":5},{"name":"http.app.health_check.ok","value":5}]}`,
+			Snapshot{Listeners: map[string]int64{}, HTTP: map[string]HTTPGauges{"http.app": {RequestsTotal: 7, HealthChecksTotal: 5}}}, false},
 		{"not JSON", `<html>`, Snapshot{}, true},
 		{"no stats array", `{}`, Snapshot{}, true},
 		{"negative gauge", `{"stats":[{"name":"listener.x.downstream_cx_active","value":-1}]}`, Snapshot{}, true},
@@ -105,7 +107,13 @@ func FuzzParseStats(f *testing.F) {
 		}
 		f.Add(string(b))
 	}
+	if b, err := os.ReadFile("testdata/stats-checked-1.40.0.json"); err == nil {
+		f.Add(string(b))
+	} else {
+		f.Fatal(err)
+	}
 	f.Add(`{"stats":[{"name":"http..downstream_rq_active","value":1}]}`)
+	f.Add(`{"stats":[{"name":"http.a.health_check.request_total","value":3},{"name":"http.health_check.request_total","value":1}]}`)
 	f.Fuzz(func(t *testing.T, in string) {
 		s, err := ParseStats(strings.NewReader(in))
 		if err != nil {
@@ -117,7 +125,7 @@ func FuzzParseStats(f *testing.F) {
 			}
 		}
 		for name, g := range s.HTTP {
-			if !strings.HasPrefix(name, "http.") || g.Connections < 0 || g.Requests < 0 {
+			if !strings.HasPrefix(name, "http.") || g.Connections < 0 || g.Requests < 0 || g.RequestsTotal < 0 || g.HealthChecksTotal < 0 {
 				t.Fatalf("http %q = %+v", name, g)
 			}
 		}

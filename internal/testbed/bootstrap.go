@@ -120,6 +120,12 @@ func bootstrap(admin map[string]any, up *Upstream, opts Options, ldsPath string)
 	if opts.ReadinessListener {
 		res["listeners"] = append(res["listeners"].([]any), listener(ReadinessListener, readinessManager()))
 	}
+	if opts.HealthCheckedListener {
+		m := httpManager(HealthCheckedListener)
+		tc := m["typed_config"].(map[string]any)
+		tc["http_filters"] = []any{healthCheckFilter(), router()}
+		res["listeners"] = append(res["listeners"].([]any), listener(HealthCheckedListener, m))
+	}
 	if opts.AdminRouteListener {
 		res["listeners"] = append(res["listeners"].([]any), listener(AdminRouteListener, adminRouteManager()))
 		res["clusters"] = append(res["clusters"].([]any), map[string]any{
@@ -177,20 +183,22 @@ func readinessManager() map[string]any {
 				"name":          ReadinessListener,
 				"virtual_hosts": []any{map[string]any{"name": "all", "domains": []any{"*"}}},
 			},
-			"http_filters": []any{
-				map[string]any{
-					"name": "envoy.filters.http.health_check",
-					"typed_config": map[string]any{
-						"@type":             "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
-						"pass_through_mode": false,
-						"headers": []any{map[string]any{
-							"name":         ":path",
-							"string_match": map[string]any{"exact": ReadinessPath},
-						}},
-					},
-				},
-				router(),
-			},
+			"http_filters": []any{healthCheckFilter(), router()},
+		},
+	}
+}
+
+// healthCheckFilter is Envoy's health_check filter answering ReadinessPath itself (not passed through).
+func healthCheckFilter() map[string]any {
+	return map[string]any{
+		"name": "envoy.filters.http.health_check",
+		"typed_config": map[string]any{
+			"@type":             "type.googleapis.com/envoy.extensions.filters.http.health_check.v3.HealthCheck",
+			"pass_through_mode": false,
+			"headers": []any{map[string]any{
+				"name":         ":path",
+				"string_match": map[string]any{"exact": ReadinessPath},
+			}},
 		},
 	}
 }

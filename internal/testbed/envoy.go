@@ -59,6 +59,11 @@ const (
 	ReadinessPath     = "/ready"
 )
 
+// The listener Options.HealthCheckedListener adds: listener and HTTP manager stat_prefix "checked"
+// ("listener.checked.*", "http.checked.*"), the health_check filter answering ReadinessPath and every other
+// path routed to HTTPCluster: the port a load balancer both checks and sends traffic to.
+const HealthCheckedListener = "checked"
+
 // The listener Options.AdminRouteListener adds, its HTTP manager's stat_prefix, and the cluster of the
 // admin address its routes go to (as Contour's stats-health listener, "stats" manager and envoy-admin cluster).
 const (
@@ -150,6 +155,10 @@ type Options struct {
 	// filter on [ReadinessPath] (200 while Envoy's health checks pass, 503 once they fail), as Envoy Gateway's
 	// and the README's readiness listeners do.
 	ReadinessListener bool
+	// HealthCheckedListener adds the listener [HealthCheckedListener]: an HTTP manager running Envoy's
+	// health_check filter on [ReadinessPath] (not passed through) that routes every other path to
+	// HTTPCluster, as a hand-written configuration whose load balancer checks the port it sends to does.
+	HealthCheckedListener bool
 	// AdminRouteListener adds the listener [AdminRouteListener], Contour's shape of a readiness endpoint:
 	// an HTTP manager (stat_prefix "stats") that passes GET [ReadinessPath] and /stats to the static cluster
 	// [AdminCluster], whose one endpoint is the admin address. It needs AdminUnix or AdminPort (an address

@@ -134,3 +134,59 @@ func (p *proc) logLines() []logLine {
 	defer p.mu.Unlock()
 	return append([]logLine(nil), p.lines...)
 }
+
+// A listener whose HTTP manager runs the health_check filter on ReadinessPath and routes every other path to
+// the application (the port a load balancer both checks and sends traffic to): with the default floor and
+// quiet period, real traffic on it holds the drain until the quiet period after it stops, with the load
+// balancer's probes going on or not; probes alone do not hold it past the floor. The probes are told from
+// traffic by the health_check filter's own counter (http.<stat_prefix>.health_check.request_total).
+func TestQuietPeriodHealthCheckedListener(t *testing.T) {
+	const gap = 200 * time.Millisecond
+	cases := []struct {
+		name     string
+		traffic  time.Duration // real requests on the listener until then; 0: none
+		probes   bool          // probes on ReadinessPath of the listener throughout
+		min, max time.Duration // the drain's duration
+	}{
+		// Not released while the traffic goes on (the last request goes out just before 8s), and released
+		// within the quiet period after it stops, plus a second for polling.
+		{name: "traffic-until-8s", traffic: 8 * time.Second, min: 8 * time.Second, max: 12 * time.Second},
+		{name: "traffic-until-8s-probes-throughout", traffic: 8 * time.Second, probes: true, min: 8 * time.Second, max: 12 * time.Second},
+		// Probes every 200ms for a minute: released at the floor.
+		{name: "probes-only", probes: true, min: 5 * time.Second, max: 6 * time.Second},
+	}
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := startEnvoy(t, bin, testbed.Options{HealthCheckedListener: true})
+				addr := e.ListenerAddrs[testbed.HealthCheckedListener]
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				p := start(t, "drain", "--admin-address", e.AdminURL, "--log-level", "debug")
+				p.waitLog(t, "drain started", 10*time.Second)
+				began := time.Now()
+				if tc.probes {
+					newConnections(ctx, t, addr, testbed.ReadinessPath, gap, began.Add(time.Minute))
+				}
+				if tc.traffic > 0 {
+					newConnections(ctx, t, addr, "/", gap, began.Add(tc.traffic))
+				}
+				f := p.finished(t, 70*time.Second)
+				if f.Outcome != "drained" {
+					t.Fatalf("outcome %s (%s), want drained", f.Outcome, f.Reason)
+				}
+				reason := ""
+				for _, l := range p.logLines() {
+					if l.str("msg") == "drain phase ended" && l.str("phase") == "quiet" {
+						reason = l.str("reason")
+					}
+				}
+				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, reason)
+				if f.Duration < tc.min || f.Duration > tc.max {
+					t.Errorf("drain took %s, want %s to %s", f.Duration, tc.min, tc.max)
+				}
+			})
+		}
+	})
+}

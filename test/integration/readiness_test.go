@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
@@ -75,6 +76,88 @@ func TestReadinessListenerConfig(t *testing.T) {
 		if *update {
 			dir := filepath.Join("..", "..", "internal", "envoyadmin", "testdata")
 			for name, body := range map[string][]byte{"listeners-readiness-" + bin.Version + ".json": config, "stats-readiness-" + bin.Version + ".json": stats} {
+				if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	})
+}
+
+// On each real Envoy, the listener configuration tells a readiness listener (health_check filter, no route to
+// a cluster) from a listener whose manager runs the health_check filter beside a route to the application,
+// and the stats tell the latter's probes from its traffic: http.<stat_prefix>.health_check.request_total
+// counts the requests the filter answered, before health checks fail and after (probes answered 503 then),
+// and downstream_rq_total counts them and the traffic. The quiet period watches the difference, not the
+// listener's connections. With -update the answers become the fixtures listeners-checked-<version>.json and
+// stats-checked-<version>.json of the envoyadmin and drain unit tests.
+func TestHealthCheckedListenerConfig(t *testing.T) {
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
+		e := startEnvoy(t, bin, testbed.Options{ReadinessListener: true, HealthCheckedListener: true})
+		ctx := testContext(t)
+		addr := "http://" + e.ListenerAddrs[testbed.HealthCheckedListener]
+		probes := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+		clients := &http.Client{Timeout: 5 * time.Second} // keep-alive: one connection for several requests
+		send := func(c *http.Client, path string, n, want int) {
+			t.Helper()
+			for range n {
+				resp, err := c.Get(addr + path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Fatalf("GET %s: %d, want %d", path, resp.StatusCode, want)
+				}
+			}
+		}
+		send(probes, testbed.ReadinessPath, 2, http.StatusOK)
+		send(clients, "/", 3, http.StatusOK)
+		if _, err := e.AdminPost(ctx, "/healthcheck/fail"); err != nil {
+			t.Fatal(err)
+		}
+		send(probes, testbed.ReadinessPath, 2, http.StatusServiceUnavailable)
+		send(clients, "/", 1, http.StatusOK)
+
+		config, err := e.AdminGet(ctx, "/config_dump?"+envoyadmin.ListenerConfigQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stats, err := e.AdminGet(ctx, "/stats?"+envoyadmin.StatsQuery)
+		if err != nil {
+			t.Fatal(err)
+		}
+		topo, err := envoyadmin.ParseListenerConfig(strings.NewReader(string(config)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		mixed := map[string][]string{}
+		for _, l := range topo.Listeners {
+			if l.MixedHealthCheck != nil {
+				mixed[l.Scope] = l.MixedHealthCheck
+			}
+		}
+		if hc, want := readinessManagers(topo), map[string][]string{"listener.ready": {"http.ready"}}; !reflect.DeepEqual(hc, want) {
+			t.Errorf("readiness managers by listener = %v, want %v", hc, want)
+		}
+		if want := map[string][]string{"listener.checked": {"http.checked"}}; !reflect.DeepEqual(mixed, want) {
+			t.Errorf("mixed health-check managers by listener = %v, want %v", mixed, want)
+		}
+		snap, err := envoyadmin.ParseStats(strings.NewReader(string(stats)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g := snap.HTTP["http.checked"]; g.RequestsTotal != 8 || g.HealthChecksTotal != 4 {
+			t.Errorf("http.checked = %+v, want 8 requests in all, 4 of them health checks", g)
+		}
+		c := drain.Count(snap, &topo, drain.ModeInflight, drain.Selector{})
+		if _, ok := c.Watched["listener.checked"]; ok || c.Watched["http.checked"] != 4 {
+			t.Errorf("watched %v: want http.checked's 4 requests less health checks, and not listener.checked", c.Watched)
+		}
+		t.Logf("envoy %s: the poll's answer is %d bytes", bin.Version, len(stats))
+		if *update {
+			dir := filepath.Join("..", "..", "internal", "envoyadmin", "testdata")
+			for name, body := range map[string][]byte{"listeners-checked-" + bin.Version + ".json": config, "stats-checked-" + bin.Version + ".json": stats} {
 				if err := os.WriteFile(filepath.Join(dir, name), body, 0o644); err != nil {
 					t.Fatal(err)
 				}
