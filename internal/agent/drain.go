@@ -194,7 +194,9 @@ func adminOfRunningEnvoy(def envoyadmin.Address, log *slog.Logger) envoyadmin.Ad
 	}
 	addr, err := envoyadmin.AdminFromCommandLine(p.Args, p.ReadFile)
 	if err != nil {
-		log.Info("admin address: not found from envoy's command line; using the default", "admin_address", def.String(),
+		// Envoy runs but its command line does not show which admin it uses (one Envoy would refuse, a
+		// bootstrap without an admin address, a file this process cannot read): the default is a guess.
+		log.Warn("admin address: envoy's command line does not show it; using the default, which may not be envoy's", "admin_address", def.String(),
 			"envoy_pid", p.PID, "reason", err.Error())
 		return def
 	}

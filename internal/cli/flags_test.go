@@ -211,3 +211,43 @@ func TestHelpCommand(t *testing.T) {
 		t.Errorf("version --short printed %q, want %q", out.String(), Version+"\n")
 	}
 }
+
+// TestRunAdminFromEnvoyCommand: without --admin-address, run reads it from Envoy's command after -- as Envoy
+// reads it (the flag and its value in one argument too), and refuses a command line Envoy would refuse.
+func TestRunAdminFromEnvoyCommand(t *testing.T) {
+	v6 := "admin: {address: {socket_address: {address: '::1', port_value: 19000}}}"
+	tests := []struct {
+		name      string
+		envoy     []string
+		wantAdmin string
+		wantErr   string
+	}{
+		{"two arguments", []string{"sh", "--config-yaml", v6}, "http://[::1]:19000", ""},
+		{"one argument (Envoy Gateway v1.2-v1.5)", []string{"sh", "--service-cluster default", "--config-yaml " + v6, "--log-level warn"}, "http://[::1]:19000", ""},
+		{"flag=value, which Envoy refuses", []string{"sh", "--config-yaml=" + v6}, "", "not by ="},
+		{"a flag Envoy does not have", []string{"sh", "--config-yaml", v6, "--key1", "val1"}, "", "none of envoy's flags"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := flag.NewFlagSet("run", flag.ContinueOnError)
+			var f runFlags
+			f.register(fs)
+			if err := parse(fs, nil, io.Discard); err != nil {
+				t.Fatal(err)
+			}
+			cfg, err := f.config(fs, tt.envoy)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !strings.Contains(err.Error(), "--admin-address not given") {
+					t.Fatalf("err = %v, want a usage error about --admin-address and %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.Engine.Admin.String(); got != tt.wantAdmin {
+				t.Errorf("admin address %s, want %s", got, tt.wantAdmin)
+			}
+		})
+	}
+}

@@ -10,29 +10,6 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// BootstrapSource finds Envoy's bootstrap on its command line: the file of -c/--config-path and the inline
-// --config-yaml (which Envoy merges over the file). Both are empty if neither is given.
-func BootstrapSource(args []string) (path, inline string) {
-	for i := 0; i < len(args); i++ {
-		name, value, hasValue := strings.Cut(args[i], "=")
-		if !hasValue && i+1 < len(args) {
-			value = args[i+1]
-		}
-		switch name {
-		case "-c", "--config-path":
-			path = value
-		case "--config-yaml":
-			inline = value
-		default:
-			continue
-		}
-		if !hasValue {
-			i++
-		}
-	}
-	return path, inline
-}
-
 // AdminFromBootstrap reads the admin address from an Envoy bootstrap (YAML or JSON): a socket_address
 // (a wildcard address becomes loopback of the same family) or a pipe. found is false when the bootstrap
 // names no admin address.
@@ -49,6 +26,13 @@ func AdminFromBootstrap(data []byte) (addr Address, found bool, err error) {
 				} `json:"pipe"`
 			} `json:"address"`
 		} `json:"admin"`
+	}
+	var top any
+	if err := yaml.Unmarshal(data, &top); err != nil {
+		return Address{}, false, fmt.Errorf("reading bootstrap: %w", err)
+	}
+	if _, ok := top.(map[string]any); !ok && top != nil {
+		return Address{}, false, fmt.Errorf("the bootstrap is not a YAML or JSON mapping (%T)", top)
 	}
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return Address{}, false, fmt.Errorf("reading bootstrap: %w", err)
@@ -84,28 +68,48 @@ func AdminFromBootstrap(data []byte) (addr Address, found bool, err error) {
 	return Address{}, true, fmt.Errorf("bootstrap admin address is neither a socket_address nor a pipe")
 }
 
-// AdminFromCommandLine reads the admin address from the bootstrap named on Envoy's command line (its argv),
-// reading files with readFile.
-func AdminFromCommandLine(envoyArgs []string, readFile func(string) ([]byte, error)) (Address, error) {
-	path, inline := BootstrapSource(envoyArgs)
-	if inline != "" { // merged over the file by Envoy: it wins when it names an admin address
-		if addr, found, err := AdminFromBootstrap([]byte(inline)); found || err != nil {
-			return addr, err
+// AdminFromCommandLine reads the admin address from the bootstrap named on Envoy's command line (its argv,
+// argv[0] first, read by ParseCommandLine), reading files with readFile: --config-yaml's admin address when it
+// names one (Envoy merges it over the file), else the file's. It returns an error, never a guess, when the
+// command line is one Envoy would refuse or names no admin address.
+func AdminFromCommandLine(argv []string, readFile func(string) ([]byte, error)) (Address, error) {
+	if len(argv) == 0 {
+		return Address{}, fmt.Errorf("envoy's command line is empty")
+	}
+	cl, err := ParseCommandLine(argv[1:])
+	if err != nil {
+		return Address{}, err
+	}
+	return AdminOf(cl, readFile)
+}
+
+// AdminOf is the admin address of the bootstrap cl names, reading its file with readFile.
+func AdminOf(cl CommandLine, readFile func(string) ([]byte, error)) (Address, error) {
+	if cl.ConfigYAML != "" {
+		addr, found, err := AdminFromBootstrap([]byte(cl.ConfigYAML))
+		if err != nil {
+			return Address{}, fmt.Errorf("envoy's --config-yaml: %w", err)
+		}
+		if found {
+			return addr, nil
 		}
 	}
-	if path == "" {
-		return Address{}, fmt.Errorf("envoy's command line names no bootstrap (-c)")
+	if cl.ConfigPath == "" {
+		if cl.ConfigYAML != "" {
+			return Address{}, fmt.Errorf("envoy's --config-yaml names no admin address and no -c file is given")
+		}
+		return Address{}, fmt.Errorf("envoy's command line names no bootstrap (-c or --config-yaml)")
 	}
-	data, err := readFile(path)
+	data, err := readFile(cl.ConfigPath)
 	if err != nil {
 		return Address{}, fmt.Errorf("reading envoy's bootstrap: %w", err)
 	}
 	addr, found, err := AdminFromBootstrap(data)
 	if err != nil {
-		return Address{}, fmt.Errorf("%s: %w", path, err)
+		return Address{}, fmt.Errorf("%s: %w", cl.ConfigPath, err)
 	}
 	if !found {
-		return Address{}, fmt.Errorf("%s has no admin address", path)
+		return Address{}, fmt.Errorf("%s has no admin address", cl.ConfigPath)
 	}
 	return addr, nil
 }

@@ -5,25 +5,6 @@ import (
 	"testing"
 )
 
-func TestBootstrapSource(t *testing.T) {
-	tests := []struct {
-		args         []string
-		path, inline string
-	}{
-		{[]string{"envoy", "-c", "/etc/envoy.yaml", "--log-level", "info"}, "/etc/envoy.yaml", ""},
-		{[]string{"envoy", "--config-path=/a.json"}, "/a.json", ""},
-		{[]string{"envoy", "--config-yaml", "admin: {}", "-c", "/b.yaml"}, "/b.yaml", "admin: {}"},
-		{[]string{"envoy", "--concurrency", "2"}, "", ""},
-		{[]string{"envoy", "-c"}, "", ""},
-	}
-	for _, tt := range tests {
-		path, inline := BootstrapSource(tt.args)
-		if path != tt.path || inline != tt.inline {
-			t.Errorf("BootstrapSource(%q) = %q, %q; want %q, %q", tt.args, path, inline, tt.path, tt.inline)
-		}
-	}
-}
-
 func TestAdminFromBootstrap(t *testing.T) {
 	tests := []struct {
 		name    string

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
 )
 
 // Taking over another project's shutdown manager (Config.Takeover, annotation shutdown-manager.io/takeover).
@@ -66,7 +67,6 @@ const (
 	contourPort        = 8090                // Contour's shutdown-manager listens on :8090 (hard-coded)
 	contourAdminSocket = "/admin/admin.sock" // `contour bootstrap --admin-address`'s default
 	envoyGatewayPort   = 19002               // Envoy Gateway's shutdown-manager server
-	envoyGatewayAdmin  = "127.0.0.1:19000"   // Envoy Gateway's bootstrap admin address
 	marin3rContainer   = "envoy-shtdn-mgr"   // MARIN3R's shutdown manager container
 )
 
@@ -271,42 +271,109 @@ func remove(cs []corev1.Container, indexes []int) ([]RemovedContainer, []corev1.
 	return removed, kept
 }
 
-// peerAdmin is the admin address the peer's Envoy uses, read from the pod: Envoy's inline bootstrap when it
-// names one, else where the peer's bootstrap puts it (Contour's `contour bootstrap --admin-address`, MARIN3R's
-// `init-manager --admin-bind-address`), else the peer's default.
+// peerAdmin is the admin address the peer's Envoy uses, read from the pod as Envoy reads its command line
+// (envoyadmin.ParseCommandLine): its inline bootstrap (--config-yaml) when that names one, else the bootstrap
+// file (-c) that the peer's init container writes there (Contour's `contour bootstrap PATH --admin-address`,
+// MARIN3R's `init-manager --config-file PATH --admin-bind-address`). Where the pod does not show which admin
+// Envoy uses (a command line Envoy would refuse, a bootstrap from a file nothing in the pod writes, a value
+// kubelet expands from a variable, Envoy run through a shell), it refuses in one line naming the container and
+// --admin-address: never a default that might be wrong.
 func peerAdmin(spec *corev1.PodSpec, envoy int, peer Peer) (string, error) {
-	if _, inline := envoyadmin.BootstrapSource(words(spec.Containers[envoy])); inline != "" {
-		// A bootstrap that does not parse (a template, a test's placeholder) says nothing: the peer's default.
-		if addr, found, err := envoyadmin.AdminFromBootstrap([]byte(inline)); err == nil && found {
+	c := spec.Containers[envoy]
+	addr, err := envoyAdmin(spec, c, peer)
+	if err != nil {
+		return "", fmt.Errorf("container %q: %w: give the admin address its Envoy uses with --admin-address or annotation %s", c.Name, err, AnnotationAdminAddress)
+	}
+	return addr, nil
+}
+
+func envoyAdmin(spec *corev1.PodSpec, c corev1.Container, peer Peer) (string, error) {
+	args, err := envoyArguments(c)
+	if err != nil {
+		return "", err
+	}
+	cl, err := envoyadmin.ParseCommandLine(args)
+	if err != nil {
+		return "", err
+	}
+	// kubelet expands $(NAME) in command and args. In the file's name that leaves the file unknown; in the
+	// inline bootstrap it matters only in the admin address, which must then be an IP address and a port as
+	// written (AdminFromBootstrap refuses "$(NAME)" as either).
+	if strings.Contains(cl.ConfigPath, "$(") {
+		return "", fmt.Errorf("envoy's -c %s refers to a variable that kubelet expands", cl.ConfigPath)
+	}
+	if cl.ConfigYAML != "" {
+		addr, found, err := envoyadmin.AdminFromBootstrap([]byte(cl.ConfigYAML))
+		if err != nil {
+			return "", fmt.Errorf("envoy's --config-yaml: %w", err)
+		}
+		if found {
 			return addr.String(), nil
 		}
 	}
+	if cl.ConfigPath == "" {
+		return "", errors.New("envoy's command line names no bootstrap with an admin address")
+	}
 	switch peer {
 	case PeerContour:
-		socket := contourAdminSocket
-		for _, c := range spec.InitContainers {
-			if w := words(c); len(w) >= 2 && path.Base(w[0]) == "contour" && w[1] == "bootstrap" {
+		for _, ic := range spec.InitContainers {
+			if w := words(ic); len(w) >= 3 && path.Base(w[0]) == "contour" && w[1] == "bootstrap" && contourBootstrapPath(w[2:]) == cl.ConfigPath {
+				socket := contourAdminSocket
 				if v, ok := flagValue(w, "--admin-address"); ok {
 					socket = v
 				}
+				addr, err := envoyadmin.ParseAddress("unix://" + socket)
+				if err != nil {
+					return "", fmt.Errorf("contour bootstrap --admin-address: %w", err)
+				}
+				return addr.String(), nil
 			}
 		}
-		addr, err := envoyadmin.ParseAddress("unix://" + socket)
-		if err != nil {
-			return "", fmt.Errorf("contour bootstrap --admin-address: %w", err)
-		}
-		return addr.String(), nil
 	case PeerMarin3r:
-		for _, c := range spec.InitContainers {
-			if w := words(c); len(w) > 0 && w[0] == "init-manager" {
+		for _, ic := range spec.InitContainers {
+			if w := words(ic); len(w) > 0 && w[0] == "init-manager" {
+				if v, ok := flagValue(w, "--config-file"); !ok || v != cl.ConfigPath {
+					continue
+				}
 				if v, ok := flagValue(w, "--admin-bind-address"); ok {
 					return loopback(v)
 				}
+				return "http://127.0.0.1:9901", nil // init-manager's default 0.0.0.0:9901
 			}
 		}
-		return "http://127.0.0.1:9901", nil
 	}
-	return "http://" + envoyGatewayAdmin, nil
+	return "", fmt.Errorf("envoy's bootstrap %s is a file that no container of the pod writes", cl.ConfigPath)
+}
+
+// envoyArguments are the arguments Envoy's container gives Envoy: after the command when that runs envoy;
+// the args alone when the container sets no command (Envoy's images run envoy with args that begin with a
+// flag) or when they begin with envoy.
+func envoyArguments(c corev1.Container) ([]string, error) {
+	switch {
+	case len(c.Command) > 0:
+		if !envoyproc.IsEnvoy("", c.Command) {
+			return nil, fmt.Errorf("its command %q is not envoy", c.Command[0])
+		}
+		return slices.Concat(c.Command[1:], c.Args), nil
+	case len(c.Args) == 0:
+		return nil, errors.New("it sets neither command nor args: Envoy runs the image's own bootstrap")
+	case strings.HasPrefix(c.Args[0], "-"):
+		return c.Args, nil
+	case envoyproc.IsEnvoy("", c.Args):
+		return c.Args[1:], nil
+	}
+	return nil, fmt.Errorf("its args begin with %q, neither envoy nor a flag", c.Args[0])
+}
+
+// contourBootstrapPath is the file `contour bootstrap` writes: its first argument that is no flag (Contour
+// writes its flags as --name=value).
+func contourBootstrapPath(args []string) string {
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
 }
 
 // loopback turns a bind address (HOST:PORT, HOST an IP, possibly the wildcard) into the address to reach it.

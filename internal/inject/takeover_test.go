@@ -3,7 +3,10 @@ package inject
 import (
 	"encoding/json"
 	"errors"
+	"net/netip"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -27,6 +30,30 @@ func TestTakeoverPeers(t *testing.T) {
 			wantAdmin := map[string]string{"contour": "unix:///admin/admin.sock", "envoy-gateway": "http://127.0.0.1:19000"}[w.Peer]
 			if strings.HasSuffix(w.Source, "/ipv6.yaml#1") {
 				wantAdmin = "http://[::1]:19000" // its inline bootstrap's admin address
+			}
+			given := "" // --admin-address, where the takeover must refuse without it
+			if w.EnvoyRefuses() {
+				obj := decodeWorkload(t, w)
+				meta, spec := podOf(t, w, obj)
+				err := Inject(meta, spec, Config{Image: "x", Takeover: true})
+				if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), `container "envoy"`) || !strings.Contains(err.Error(), "--admin-address") {
+					t.Fatalf("takeover of a pod whose Envoy would not start: got %v, want one line naming container \"envoy\" and --admin-address", err)
+				}
+				if !equality.Semantic.DeepEqual(obj, original) {
+					t.Errorf("refused pod changed")
+				}
+				given, wantAdmin = "http://127.0.0.1:19000", "http://127.0.0.1:19000"
+				// or the pod's annotation (as test/kube gives it)
+				obj = decodeWorkload(t, w)
+				meta, spec = podOf(t, w, obj)
+				if meta.Annotations == nil {
+					meta.Annotations = map[string]string{}
+				}
+				meta.Annotations[AnnotationAdminAddress] = given
+				if err := Inject(meta, spec, Config{Image: "x", Takeover: true}); err != nil {
+					t.Fatalf("takeover with annotation %s: %v", AnnotationAdminAddress, err)
+				}
+				checkTakenOver(t, decodeSpec(t, w), spec, wantAdmin)
 			}
 
 			for _, cfg := range []Config{goldenConfig(), {Image: "x", ReplaceHooks: true}, {Image: "x", Mode: ModeSidecar}} {
@@ -52,7 +79,7 @@ func TestTakeoverPeers(t *testing.T) {
 					meta, spec := podOf(t, w, obj)
 					_, before := podOf(t, w, original)
 					cfg := goldenConfig()
-					cfg.Mode, cfg.Takeover = mode, true
+					cfg.Mode, cfg.Takeover, cfg.AdminAddress = mode, true, given
 					if err := Inject(meta, spec, cfg); err != nil {
 						t.Fatal(err)
 					}
@@ -80,7 +107,7 @@ func TestTakeoverPeers(t *testing.T) {
 			}
 
 			// Through the manifests, as `inject --takeover | uninject` does, and with the annotation instead of the flag.
-			out, err := Manifests(w.YAML, injectFunc(Config{Image: "x", Takeover: true}), &strings.Builder{})
+			out, err := Manifests(w.YAML, injectFunc(Config{Image: "x", Takeover: true, AdminAddress: given}), &strings.Builder{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +124,7 @@ func TestTakeoverPeers(t *testing.T) {
 				meta.Annotations = map[string]string{}
 			}
 			meta.Annotations[AnnotationTakeover] = "true"
-			if err := Inject(meta, spec, Config{Image: "x"}); err != nil {
+			if err := Inject(meta, spec, Config{Image: "x", AdminAddress: given}); err != nil {
 				t.Errorf("annotation %s: \"true\": %v", AnnotationTakeover, err)
 			}
 		})
@@ -224,10 +251,20 @@ func TestTakeoverShapes(t *testing.T) {
 	contour := corev1.Container{Name: "shutdown-manager", Image: "ghcr.io/projectcontour/contour:v1.33.8", Command: []string{"/bin/contour"}, Args: []string{"envoy", "shutdown-manager"},
 		Lifecycle: &corev1.Lifecycle{PreStop: execHook("/bin/contour", "envoy", "shutdown")}}
 	eg := corev1.Container{Name: "shutdown-manager", Image: "envoyproxy/gateway:v1.9.1", Command: []string{"envoy-gateway"}, Args: []string{"envoy", "shutdown-manager"}}
-	bootstrap := func(sock string) corev1.Container {
-		return corev1.Container{Name: "envoy-initconfig", Image: "ghcr.io/projectcontour/contour:v1.33.8", Command: []string{"contour"},
-			Args: []string{"bootstrap", "/config/envoy.json", "--admin-address=" + sock}}
+	bootstrap := func(file, sock string) corev1.Container {
+		args := []string{"bootstrap", file, "--xds-address=contour"}
+		if sock != "" {
+			args = append(args, "--admin-address="+sock)
+		}
+		return corev1.Container{Name: "envoy-initconfig", Image: "ghcr.io/projectcontour/contour:v1.33.8", Command: []string{"contour"}, Args: args}
 	}
+	contourInit := []corev1.Container{bootstrap("/config/envoy.json", "")}
+	contourEnvoy := func(hook *corev1.LifecycleHandler, args ...string) corev1.Container {
+		return envoy(hook, append([]string{"-c", "/config/envoy.json", "--service-node", "$(ENVOY_POD_NAME)"}, args...)...)
+	}
+	v6 := "admin:\n  address:\n    socket_address:\n      address: ::1\n      port_value: 19000\n"
+	egHook := httpHook("/shutdown/ready", 19002)
+	withCommand := func(c corev1.Container, command ...string) corev1.Container { c.Command = command; return c }
 	tests := []struct {
 		name      string
 		init      []corev1.Container
@@ -236,25 +273,52 @@ func TestTakeoverShapes(t *testing.T) {
 		wantAdmin string
 		wantErr   string
 	}{
-		{"Contour's exec hook on Envoy alone", nil, []corev1.Container{envoy(execHook("contour", "envoy", "shutdown"))}, PeerContour, "unix:///admin/admin.sock", ""},
-		{"Contour's httpGet hook on Envoy alone", nil, []corev1.Container{envoy(httpHook("/shutdown", 8090))}, PeerContour, "unix:///admin/admin.sock", ""},
-		{"Contour's bootstrap names another socket", []corev1.Container{bootstrap("/run/admin/envoy.sock")},
-			[]corev1.Container{contour, envoy(httpHook("/shutdown", 8090))}, PeerContour, "unix:///run/admin/envoy.sock", ""},
-		{"Contour's manager first, Envoy second", nil, []corev1.Container{contour, envoy(httpHook("/shutdown", 8090))}, PeerContour, "unix:///admin/admin.sock", ""},
+		{"Contour's exec hook on Envoy alone", contourInit, []corev1.Container{contourEnvoy(execHook("contour", "envoy", "shutdown"))}, PeerContour, "unix:///admin/admin.sock", ""},
+		{"Contour's httpGet hook on Envoy alone", contourInit, []corev1.Container{contourEnvoy(httpHook("/shutdown", 8090))}, PeerContour, "unix:///admin/admin.sock", ""},
+		{"Contour's bootstrap names another socket", []corev1.Container{bootstrap("/config/envoy.json", "/run/admin/envoy.sock")},
+			[]corev1.Container{contour, contourEnvoy(httpHook("/shutdown", 8090))}, PeerContour, "unix:///run/admin/envoy.sock", ""},
+		{"Contour's manager first, Envoy second", contourInit, []corev1.Container{contour, contourEnvoy(httpHook("/shutdown", 8090))}, PeerContour, "unix:///admin/admin.sock", ""},
+		{"Contour's Envoy with -c in one argument", contourInit, []corev1.Container{contour, envoy(httpHook("/shutdown", 8090), "-c /config/envoy.json", "--log-level info")},
+			PeerContour, "unix:///admin/admin.sock", ""},
+		{"Contour's Envoy, its command envoy", contourInit, []corev1.Container{contour, withCommand(contourEnvoy(httpHook("/shutdown", 8090)), "/usr/local/bin/envoy")},
+			PeerContour, "unix:///admin/admin.sock", ""},
 		{"Envoy Gateway's, admin from the inline bootstrap", nil, []corev1.Container{
-			envoy(httpHook("/shutdown/ready", 19002), "--config-yaml", "admin:\n  address:\n    socket_address: {address: 127.0.0.1, port_value: 19555}\n"), eg}, PeerEnvoyGateway, "http://127.0.0.1:19555", ""},
-		{"Envoy Gateway's manager as a native sidecar", []corev1.Container{eg}, []corev1.Container{envoy(httpHook("/shutdown/ready", 19002))}, PeerEnvoyGateway, "http://127.0.0.1:19000", ""},
-		{"two peers", nil, []corev1.Container{contour, envoy(httpHook("/shutdown/ready", 19002))}, "", "", "both Contour's shutdown manager and Envoy Gateway's"},
+			envoy(egHook, "--config-yaml", "admin:\n  address:\n    socket_address: {address: 127.0.0.1, port_value: 19555}\n"), eg}, PeerEnvoyGateway, "http://127.0.0.1:19555", ""},
+		{"Envoy Gateway's manager as a native sidecar", []corev1.Container{eg}, []corev1.Container{envoy(egHook, "--config-yaml", v6)}, PeerEnvoyGateway, "http://[::1]:19000", ""},
+		{"Envoy Gateway v1.2-v1.5: each flag and its value in one argument", nil, []corev1.Container{
+			withCommand(envoy(egHook, "--service-cluster default", "--service-node $(ENVOY_POD_NAME)", "--config-yaml "+v6, "--log-level warn", "--cpuset-threads"), "envoy"), eg},
+			PeerEnvoyGateway, "http://[::1]:19000", ""},
+		{"the inline bootstrap over the file", contourInit, []corev1.Container{contour, contourEnvoy(httpHook("/shutdown", 8090), "--config-yaml", v6)}, PeerContour, "http://[::1]:19000", ""},
+		{"two peers", nil, []corev1.Container{contour, envoy(egHook)}, "", "", "both Contour's shutdown manager and Envoy Gateway's"},
 		{"another hook on another port is not a peer's", nil, []corev1.Container{envoy(httpHook("/shutdown", 8091))}, "", "", "already has a preStop hook"},
+
+		// Where the pod does not show which admin Envoy uses: one line naming the container and --admin-address.
+		{"Envoy without command or args", contourInit, []corev1.Container{contour, envoy(httpHook("/shutdown", 8090))}, "", "", "the image's own bootstrap"},
+		{"a bootstrap file nothing in the pod writes", nil, []corev1.Container{contour, contourEnvoy(httpHook("/shutdown", 8090))}, "", "", "no container of the pod writes"},
+		{"another file than contour bootstrap writes", []corev1.Container{bootstrap("/config/other.json", "")}, []corev1.Container{contour, contourEnvoy(httpHook("/shutdown", 8090))}, "", "", "no container of the pod writes"},
+		{"the file from a variable", contourInit, []corev1.Container{contour, envoy(httpHook("/shutdown", 8090), "-c", "$(BOOTSTRAP)")}, "", "", "kubelet expands"},
+		{"the admin address from a variable", nil, []corev1.Container{eg, envoy(egHook, "--config-yaml", "admin: {address: {socket_address: {address: $(ADMIN_IP), port_value: 19000}}}")}, "", "", "not an IP address"},
+		{"flag=value, which Envoy refuses", contourInit, []corev1.Container{contour, envoy(httpHook("/shutdown", 8090), "--config-path=/config/envoy.json")}, "", "", "not by ="},
+		{"-c twice", contourInit, []corev1.Container{contour, contourEnvoy(httpHook("/shutdown", 8090), "-c", "/config/other.json")}, "", "", "given twice"},
+		{"a placeholder bootstrap", nil, []corev1.Container{eg, envoy(egHook, "--config-yaml", "test bootstrap config")}, "", "", "not a YAML or JSON mapping"},
+		{"an inline bootstrap without admin", nil, []corev1.Container{eg, envoy(egHook, "--config-yaml", "node: {id: x}")}, "", "", "no bootstrap with an admin address"},
+		{"Envoy through a shell", contourInit, []corev1.Container{contour, withCommand(envoy(httpHook("/shutdown", 8090), "-c", "envoy -c /config/envoy.json"), "sh")}, "", "", `its command "sh" is not envoy`},
 	}
+	notAdminRefusal := map[string]bool{"two peers": true, "another hook on another port is not a peer's": true}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := &corev1.Pod{Spec: corev1.PodSpec{InitContainers: tt.init, Containers: tt.cs}}
 			before := pod.DeepCopy()
 			err := Inject(&pod.ObjectMeta, &pod.Spec, Config{Image: "x", Takeover: true})
 			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("got %v, want an error containing %q", err, tt.wantErr)
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "\n") {
+					t.Fatalf("got %v, want one line containing %q", err, tt.wantErr)
+				}
+				if !notAdminRefusal[tt.name] && (!strings.Contains(err.Error(), `container "envoy"`) || !strings.Contains(err.Error(), "--admin-address")) {
+					t.Errorf("refusal %q: want it to name container \"envoy\" and --admin-address", err)
+				}
+				if !equality.Semantic.DeepEqual(pod, before) {
+					t.Errorf("refused pod changed")
 				}
 				return
 			}
@@ -274,6 +338,12 @@ func TestTakeoverShapes(t *testing.T) {
 			}
 		})
 	}
+}
+
+func decodeSpec(t *testing.T, w peers.Workload) *corev1.PodSpec {
+	t.Helper()
+	_, spec := podOf(t, w, decodeWorkload(t, w))
+	return spec
 }
 
 func decodeWorkload(t *testing.T, w peers.Workload) any {
@@ -313,4 +383,89 @@ func deepCopy(t *testing.T, kind string, obj any) any {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// adminInRendering is the admin address a peer's rendering gives its Envoy, read from the manifest's text
+// without reading Envoy's command line: Envoy Gateway's bootstrap YAML (in whatever argument it is) names it in
+// its admin block; Contour's `contour bootstrap` writes its --admin-address (default /admin/admin.sock).
+var (
+	egAdminText       = regexp.MustCompile(`admin:\s*\n(?:\s+.*\n)*?\s+socket_address:\s*\n\s+address: (\S+)\s*\n\s+port_value: (\d+)`)
+	contourAdminText  = regexp.MustCompile(`--admin-address[= ](\S+)`)
+	contourInitText   = regexp.MustCompile(`(?m)^\s+- bootstrap\s*$`)
+	expectedRendering = map[string]int{"contour": 2, "envoy-gateway": 7} // versions read
+)
+
+func adminInRendering(t *testing.T, w peers.Workload) string {
+	t.Helper()
+	text := string(w.YAML)
+	switch w.Peer {
+	case "contour":
+		if !contourInitText.MatchString(text) {
+			t.Fatalf("%s: no contour bootstrap init container", w.Source)
+		}
+		if m := contourAdminText.FindStringSubmatch(text); m != nil {
+			return "unix://" + m[1]
+		}
+		return "unix:///admin/admin.sock"
+	}
+	ms := egAdminText.FindAllStringSubmatch(text, -1)
+	if len(ms) != 1 {
+		t.Fatalf("%s: %d admin blocks in the rendering, want 1", w.Source, len(ms))
+	}
+	ip := netip.MustParseAddr(ms[0][1])
+	return "http://" + netip.AddrPortFrom(ip, uint16(must(strconv.Atoi(ms[0][2])))).String()
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestTakeoverAdminEveryRendering: on every Envoy workload of every version of Contour and Envoy Gateway the Go
+// module proxy serves (IPv4 and IPv6; Envoy Gateway v1.2–v1.5 with each Envoy flag and its value in one
+// argument), the takeover drains the admin address the rendering's bootstrap gives Envoy, and refuses, in one
+// line naming the container and --admin-address, the renderings on which Envoy would not start.
+func TestTakeoverAdminEveryRendering(t *testing.T) {
+	ws := peers.EveryVersion(t)
+	versions := map[string]map[string]bool{}
+	var v6, refused int
+	for _, w := range ws {
+		module, _, _ := strings.Cut(w.Source, "/internal/")
+		module, _, _ = strings.Cut(module, "/examples/")
+		if versions[w.Peer] == nil {
+			versions[w.Peer] = map[string]bool{}
+		}
+		versions[w.Peer][module] = true
+		t.Run(w.Source, func(t *testing.T) {
+			obj := decodeWorkload(t, w)
+			meta, spec := podOf(t, w, obj)
+			err := Inject(meta, spec, Config{Image: "x", Takeover: true})
+			if w.EnvoyRefuses() {
+				refused++
+				if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), `container "envoy"`) || !strings.Contains(err.Error(), "--admin-address") {
+					t.Fatalf("got %v, want a one-line refusal naming container \"envoy\" and --admin-address", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := adminInRendering(t, w)
+			if strings.Contains(want, "[") {
+				v6++
+			}
+			envoy := spec.Containers[slices.IndexFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == "envoy" })]
+			if !slices.Contains(envoy.Lifecycle.PreStop.Exec.Command, "--admin-address="+want) {
+				t.Errorf("Envoy's preStop %q: want --admin-address=%s, the rendering's", envoy.Lifecycle.PreStop.Exec.Command, want)
+			}
+		})
+	}
+	for peer, n := range expectedRendering {
+		if len(versions[peer]) != n {
+			t.Errorf("%s: %d versions read, want %d", peer, len(versions[peer]), n)
+		}
+	}
+	t.Logf("%d renderings of %d versions: %d with an IPv6 admin address, %d refused", len(ws), len(versions["contour"])+len(versions["envoy-gateway"]), v6, refused)
 }

@@ -19,6 +19,9 @@ func TestDecideTakeover(t *testing.T) {
 		p.Spec.Containers[0].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: intstr.FromInt(8090)}}}
 		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "shutdown-manager", Image: "ghcr.io/projectcontour/contour:v1.33.8",
 			Command: []string{"/bin/contour"}, Args: []string{"envoy", "shutdown-manager"}})
+		// Envoy's -c file, written as Contour writes it: its admin address is contour bootstrap's.
+		p.Spec.InitContainers = append(p.Spec.InitContainers, corev1.Container{Name: "envoy-initconfig", Image: "ghcr.io/projectcontour/contour:v1.33.8",
+			Command: []string{"contour"}, Args: []string{"bootstrap", "/etc/envoy/envoy.yaml", "--xds-address=contour"}})
 		return p
 	}
 	review := func(p *corev1.Pod) Review { return Review{Namespace: "apps", Operation: admissionv1.Create, Pod: p} }
@@ -30,6 +33,11 @@ func TestDecideTakeover(t *testing.T) {
 
 	cfg := testConfig
 	cfg.Takeover = true
+	unknown := contour() // Envoy's bootstrap a file that nothing in the pod writes: which admin it uses is unknown
+	unknown.Spec.InitContainers = nil
+	if got := Decide(review(unknown), cfg); got.Outcome != OutcomeWarning || !strings.Contains(got.Reason, "--admin-address") {
+		t.Errorf("takeover, Envoy's admin unknown: %s (%q), want a warning naming --admin-address", got.Outcome, got.Reason)
+	}
 	byAnnotation := contour()
 	byAnnotation.Annotations = map[string]string{inject.AnnotationTakeover: "true"}
 	for _, tt := range []struct {

@@ -61,6 +61,10 @@ func TestTakeoverControllers(t *testing.T) {
 	var injected bytes.Buffer
 	refused := 0
 	for i, w := range workloads {
+		if w.EnvoyRefuses() {
+			// Envoy would not start on the pod as written: the takeover needs the admin address given.
+			w.YAML = withPodAnnotation(t, w.YAML, inject.AnnotationAdminAddress, "http://127.0.0.1:19000")
+		}
 		t.Run(w.Source, func(t *testing.T) {
 			wl, ok := inject.LookupWorkload("apps/v1", w.Kind)
 			if !ok {
@@ -164,6 +168,32 @@ func TestTakeoverControllers(t *testing.T) {
 		t.Errorf("the dry run admitted %d objects, want %d:\n%s", strings.Count(out, "(server dry run)"), len(workloads)-refused, out)
 	}
 	t.Logf("%d workloads taken over on the API server; %d refused by it as their peer wrote them", len(workloads)-refused, refused)
+}
+
+// withPodAnnotation is the workload doc with annotation key: value on its pod template.
+func withPodAnnotation(t *testing.T, doc []byte, key, value string) []byte {
+	t.Helper()
+	var obj map[string]any
+	if err := yaml.Unmarshal(doc, &obj); err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := obj["spec"].(map[string]any)
+	tpl, _ := spec["template"].(map[string]any)
+	meta, _ := tpl["metadata"].(map[string]any)
+	if meta == nil {
+		t.Fatal("the workload has no pod template metadata")
+	}
+	annotations, _ := meta["annotations"].(map[string]any)
+	if annotations == nil {
+		annotations = map[string]any{}
+	}
+	annotations[key] = value
+	meta["annotations"] = annotations
+	out, err := yaml.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
 
 // kubectlErr runs kubectl with obj on its standard input and returns its combined output and error.
