@@ -294,16 +294,25 @@ func initPID(proc *testproc.Proc) (int, error) {
 	return strconv.Atoi(f[0])
 }
 
-// gone reports whether process pid has ended: no such process, or a zombie (its sockets and mounts are released;
-// whoever inherited it reaps it in its own time).
+// gone reports whether process pid has ended: no such process, or every thread of it a zombie (its sockets and
+// mounts are released once the last thread has exited; whoever inherited it reaps it in its own time).
 func gone(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	if err != nil {
 		return true
 	}
-	// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ')'.
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] == 'Z' || b[i+2] == 'X'
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		if err != nil {
+			continue // the thread has gone
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses; the state follows the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		if i >= 0 && i+2 < len(b) && b[i+2] != 'Z' && b[i+2] != 'X' {
+			return false
+		}
+	}
+	return true
 }
 
 // execIn runs an exec action (command as written) in the running container c (proc, started by start): its mount
