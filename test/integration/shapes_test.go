@@ -102,9 +102,9 @@ func TestInjectedShapes(t *testing.T) {
 	envoyBin := shapesEnvoy(t)
 	sm := staticManager(t)
 	for _, s := range shapes(t) {
-		for _, mode := range []inject.Mode{inject.ModeHook, inject.ModeSidecar, inject.ModeAgent} {
-			t.Run(s.name+"/"+string(mode), func(t *testing.T) {
-				runShape(t, s, mode, envoyBin, sm, nil)
+		for _, v := range shapeVariants {
+			t.Run(s.name+"/"+v.name, func(t *testing.T) {
+				runShape(t, s, v, envoyBin, sm, nil)
 			})
 		}
 	}
@@ -118,7 +118,7 @@ func TestInjectedShapesUnmountedSocket(t *testing.T) {
 	envoyBin := shapesEnvoy(t)
 	sm := staticManager(t)
 	s := shapes(t)[0]
-	runShape(t, s, inject.ModeSidecar, envoyBin, sm, func(spec *corev1.PodSpec) {
+	runShape(t, s, shapeVariants[1], envoyBin, sm, func(spec *corev1.PodSpec) {
 		for i := range spec.InitContainers {
 			if c := &spec.InitContainers[i]; c.Name == inject.SidecarContainer {
 				n := len(c.VolumeMounts)
@@ -129,6 +129,22 @@ func TestInjectedShapesUnmountedSocket(t *testing.T) {
 			}
 		}
 	})
+}
+
+// shapeVariant is one way to inject: a mode, and inject's flags that change the injected shape.
+type shapeVariant struct {
+	name string
+	mode inject.Mode
+	args []string
+}
+
+// shapeVariants: every mode, and the sidecar with either hook (exec: `drain --via` the sidecar's unix socket; http:
+// kubelet's httpGet on the sidecar's port, on the pod's network).
+var shapeVariants = []shapeVariant{
+	{"hook", inject.ModeHook, nil},
+	{"sidecar", inject.ModeSidecar, nil},
+	{"sidecar-http", inject.ModeSidecar, []string{"--hook=http"}},
+	{"agent", inject.ModeAgent, nil},
 }
 
 func shapesEnvoy(t *testing.T) string {
@@ -147,10 +163,16 @@ func shapesEnvoy(t *testing.T) string {
 
 // runShape injects s in mode, runs the pod, drains it as kubelet would and checks the drain on Envoy. edit, when
 // not nil, changes the injected pod first (the negative case); it then expects the drain not to pass.
-func runShape(t *testing.T, s shape, mode inject.Mode, envoyBin, sm string, edit func(*corev1.PodSpec)) {
+func runShape(t *testing.T, s shape, v shapeVariant, envoyBin, sm string, edit func(*corev1.PodSpec)) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
-	for _, port := range s.tcpPorts {
+	mode := v.mode
+	ports := s.tcpPorts
+	httpHook := slices.Contains(v.args, "--hook=http")
+	if httpHook {
+		ports = append(slices.Clone(ports), fmt.Sprintf(":%d", inject.DefaultPort), fmt.Sprintf(":%d", inject.DefaultMetricsPort))
+	}
+	for _, port := range ports {
 		l, err := net.Listen("tcp", port)
 		if err != nil {
 			t.Fatalf("Envoy's port %s is busy on this host (the pod's network is the host's): %v", port, err)
@@ -176,7 +198,7 @@ func runShape(t *testing.T, s shape, mode inject.Mode, envoyBin, sm string, edit
 	if s.takeover {
 		args = append(args, "--takeover")
 	}
-	args = append(args, s.injectArgs...)
+	args = append(append(args, s.injectArgs...), v.args...)
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, sm, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -240,7 +262,19 @@ func runShape(t *testing.T, s shape, mode inject.Mode, envoyBin, sm string, edit
 	if err := waitState(ctx, client, envoyProc.Exited(), wantStates...); err != nil {
 		t.Fatalf("Envoy's admin at %s: %v: %s", admin, err, envoyProc.LogEnd(30))
 	}
-	if mode == inject.ModeSidecar {
+	if httpHook {
+		// kubelet's httpGet goes to the pod's IP: here the host's loopback, which the pod's containers share.
+		api := fmt.Sprintf("127.0.0.1:%d", inject.DefaultPort)
+		if !pollUntil(ctx, nil, func() bool {
+			c, err := net.Dial("tcp", api)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}) {
+			t.Fatalf("the sidecar's API %s: %v", api, ctx.Err())
+		}
+	} else if mode == inject.ModeSidecar {
 		// The exec hook talks to the sidecar's socket: wait until it serves (kubelet would not run a preStop
 		// before the pod started; a native sidecar is started before Envoy).
 		sock := filepath.Join(p.volume(inject.SocketVolume), "api.sock")
@@ -255,10 +289,14 @@ func runShape(t *testing.T, s shape, mode inject.Mode, envoyBin, sm string, edit
 	sawDraining := false
 	switch mode {
 	case inject.ModeHook, inject.ModeSidecar:
-		if envoy.Lifecycle == nil || envoy.Lifecycle.PreStop == nil || envoy.Lifecycle.PreStop.Exec == nil {
-			t.Fatalf("Envoy's container has no preStop exec: %+v", envoy.Lifecycle)
+		if httpHook {
+			code, hookOut = httpGetHook(ctx, t, envoy)
+		} else {
+			if envoy.Lifecycle == nil || envoy.Lifecycle.PreStop == nil || envoy.Lifecycle.PreStop.Exec == nil {
+				t.Fatalf("Envoy's container has no preStop exec: %+v", envoy.Lifecycle)
+			}
+			code, hookOut = p.execIn(ctx, "envoy", envoyProc, envoy.Lifecycle.PreStop.Exec.Command)
 		}
-		code, hookOut = p.execIn(ctx, "envoy", envoyProc, envoy.Lifecycle.PreStop.Exec.Command)
 		sawDraining = serverState(ctx, client) == "DRAINING"
 		if sawDraining {
 			if got := readyStatus(ctx, client); got != http.StatusServiceUnavailable {
@@ -306,6 +344,33 @@ func runShape(t *testing.T, s shape, mode inject.Mode, envoyBin, sm string, edit
 			t.Errorf("drain outcome %q, want drained", o)
 		}
 	}
+}
+
+// httpGetHook runs Envoy's preStop httpGet as kubelet does (on the pod's IP: here the host's loopback) and returns
+// 0 for a 2xx answer (kubelet's success), else the status (or -1 without an answer), and the body.
+func httpGetHook(ctx context.Context, t *testing.T, envoy *corev1.Container) (int, string) {
+	t.Helper()
+	if envoy.Lifecycle == nil || envoy.Lifecycle.PreStop == nil || envoy.Lifecycle.PreStop.HTTPGet == nil {
+		t.Fatalf("Envoy's container has no preStop httpGet: %+v", envoy.Lifecycle)
+	}
+	h := envoy.Lifecycle.PreStop.HTTPGet
+	if h.Port.Type != 0 {
+		t.Fatalf("preStop httpGet port %s: a named port, not handled here", h.Port.String())
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d%s", h.Port.IntValue(), h.Path), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return -1, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode/100 == 2 {
+		return 0, string(b)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // adminHTTP is a client of Envoy's admin from the host: "unix:<path>" or a TCP host:port.
