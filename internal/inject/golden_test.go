@@ -111,6 +111,12 @@ var goldenCases = []struct {
 	{"sidecar-http-host-network-token", func(c *Config) { c.Mode, c.Hook, c.TokenSecret = ModeSidecar, HookHTTP, "envoy-drain-token" }},
 	{"bad-annotation-token-secret", func(c *Config) { c.Mode = ModeSidecar }},
 	{"sidecar-host-network", func(c *Config) { c.Mode = ModeSidecar }},
+	// Envoy's admin on a unix socket: the sidecar mounts the volume that holds it, or the pod is refused.
+	{"sidecar-admin-socket-subpath", func(c *Config) {
+		c.Mode, c.Hook, c.AdminAddress = ModeSidecar, HookHTTP, "unix:///var/run/envoy/admin.sock"
+	}},
+	{"sidecar-admin-socket-unshared", func(c *Config) { c.Mode, c.AdminAddress = ModeSidecar, "unix:///var/run/envoy/admin.sock" }},
+	{"sidecar-admin-socket-subpathexpr", func(c *Config) { c.Mode, c.AdminAddress = ModeSidecar, "unix:///var/run/envoy/admin.sock" }},
 	{"grace-max", nil},
 	{"agent-grace-max", func(c *Config) { c.Mode = ModeAgent }},
 	{"grace-over-duration", nil},

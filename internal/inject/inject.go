@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -250,8 +251,17 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			return err
 		}
 		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()))
-		if set.Hook == HookExec {
+		adminMount, adminSocket, err := adminSocketMount(c, set.AdminAddress, st.Volumes)
+		if err != nil {
+			return err
+		}
+		if adminSocket {
+			sc.VolumeMounts = append(sc.VolumeMounts, adminMount)
+		}
+		if set.Hook == HookExec || adminSocket {
 			shareUser(sc.SecurityContext, spec.SecurityContext, c.SecurityContext)
+		}
+		if set.Hook == HookExec {
 			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
 				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: new(resource.MustParse("1Mi"))},
 			}})
@@ -572,6 +582,43 @@ func sidecarContainer(set settings, drainArgs []string) corev1.Container {
 		FailureThreshold: 3,
 	}
 	return c
+}
+
+// adminSocketMount is the mount that lets the sidecar reach Envoy's admin API when admin (the drain's
+// --admin-address, "" when found at drain time) is a unix socket: the sidecar has its own filesystem, so it sees
+// the socket only through the volume of Envoy's that holds the socket's directory, mounted at the same path (the
+// longest mountPath of Envoy's container that contains the directory; subPath kept, so that it is the same
+// directory of the volume). ours are the volumes inject adds, which never hold Envoy's admin. ok is false for a
+// TCP (or unset) admin address, which the pod's shared network reaches. A socket in Envoy's own filesystem, or in
+// a volume mounted with subPathExpr (expanded from each container's own environment), is refused: a sidecar
+// that cannot reach the admin would drain nothing and let kubelet stop a live Envoy.
+//
+// The mount is read-only: connect(2) on a unix socket needs write permission on the socket file, not a writable
+// mount (test/integration's TestInjectedShapes runs it).
+func adminSocketMount(envoy *corev1.Container, admin string, ours []string) (vm corev1.VolumeMount, ok bool, err error) {
+	socket, unix := strings.CutPrefix(admin, "unix://")
+	if !unix {
+		return corev1.VolumeMount{}, false, nil
+	}
+	dir := path.Dir(path.Clean(socket))
+	best := -1
+	for i, m := range envoy.VolumeMounts {
+		mp := path.Clean(m.MountPath)
+		if slices.Contains(ours, m.Name) || !(dir == mp || mp == "/" || strings.HasPrefix(dir, mp+"/")) {
+			continue
+		}
+		if best < 0 || len(mp) > len(path.Clean(envoy.VolumeMounts[best].MountPath)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return corev1.VolumeMount{}, false, fmt.Errorf("the admin address %s is a unix socket in container %q's own filesystem (no volume of it is mounted at %s or above): the sidecar could not reach it; use hook mode (--mode hook), or put the socket in a volume Envoy mounts (an emptyDir), which inject then mounts into the sidecar", admin, envoy.Name, dir)
+	}
+	m := envoy.VolumeMounts[best]
+	if m.SubPathExpr != "" {
+		return corev1.VolumeMount{}, false, fmt.Errorf("the admin socket %s is in volume %q, mounted with subPathExpr %q, which each container expands from its own environment: the sidecar might see another directory; use hook mode (--mode hook), or mount the volume without subPathExpr", socket, m.Name, m.SubPathExpr)
+	}
+	return corev1.VolumeMount{Name: m.Name, MountPath: m.MountPath, SubPath: m.SubPath, ReadOnly: true}, true, nil
 }
 
 // podEnv: the variables naming the manager's Pod (internal/podenv), from the downward API, in every container that

@@ -321,8 +321,12 @@ func TestReinjectRecordsEverySetting(t *testing.T) {
 			t.Run(string(mode)+"/"+d.Name, func(t *testing.T) {
 				grace := int64(120)
 				meta := metav1.ObjectMeta{Name: "edge", Annotations: map[string]string{"team": "edge"}}
+				// Envoy's admin socket directory of the admin-address example is a volume: a sidecar reaches the
+				// socket only through it (adminSocketMount).
 				spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace,
-					Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Command: []string{"envoy"}, Args: []string{"-c", "/e.yaml"}}}}
+					Volumes: []corev1.Volume{{Name: "envoy-admin", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Command: []string{"envoy"}, Args: []string{"-c", "/e.yaml"},
+						VolumeMounts: []corev1.VolumeMount{{Name: "envoy-admin", MountPath: "/var/run/envoy"}}}}}
 				plainMeta, plainSpec := meta.DeepCopy(), spec.DeepCopy()
 
 				cfg := Config{Image: "sm:1", Version: "v9", Mode: mode}

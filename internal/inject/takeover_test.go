@@ -84,6 +84,15 @@ func TestTakeoverPeers(t *testing.T) {
 						t.Fatal(err)
 					}
 					checkTakenOver(t, before, spec, wantAdmin)
+					if mode == ModeSidecar && strings.HasPrefix(wantAdmin, "unix://") {
+						// The sidecar reaches Envoy's admin socket through Envoy's volume holding it (Contour's /admin).
+						sc := containerNamed(spec, SidecarContainer)
+						if sc == nil || !slices.ContainsFunc(sc.VolumeMounts, func(vm corev1.VolumeMount) bool {
+							return vm.Name == "envoy-admin" && vm.MountPath == "/admin" && vm.ReadOnly
+						}) {
+							t.Errorf("sidecar does not mount envoy-admin at /admin (read-only): %+v", sc)
+						}
+					}
 					st, _, err := ParseStatus(meta)
 					if err != nil || st.Takeover == nil || string(st.Takeover.Peer) != w.Peer {
 						t.Fatalf("status: %+v %v: want a takeover of %s", st.Takeover, err, w.Peer)

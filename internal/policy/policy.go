@@ -80,6 +80,9 @@ func Generate(cfg inject.Config) (*admissionv1.MutatingAdmissionPolicy, []*admis
 	if cfg.Takeover {
 		return nil, nil, fmt.Errorf("takeover: the policy cannot take over another shutdown manager (it would have to record the removed containers as JSON in the status annotation for uninject, which CEL cannot write); it refuses such pods (matchCondition no-peer-manager): use the webhook or `inject --takeover`")
 	}
+	if cfg.Mode == inject.ModeSidecar && strings.HasPrefix(cfg.AdminAddress, "unix://") {
+		return nil, nil, fmt.Errorf("sidecar mode with the admin address %s: the sidecar reaches a unix socket only through the volume of Envoy's that holds it, which inject finds in each pod's mounts and CEL cannot; use hook or agent mode, a TCP admin address, or the webhook", cfg.AdminAddress)
+	}
 	g, err := probe(cfg)
 	if err != nil {
 		return nil, nil, err

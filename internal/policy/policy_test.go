@@ -51,6 +51,8 @@ func TestGenerateRefusesBadSettings(t *testing.T) {
 		{},
 		{Image: "x", Mode: "daemon"},
 		{Image: "x", Drain: inject.Drain{Count: "bytes"}},
+		// The sidecar would need the volume of each pod's Envoy that holds the socket (inject's adminSocketMount).
+		{Image: "x", Mode: inject.ModeSidecar, AdminAddress: "unix:///var/run/envoy/admin.sock"},
 	} {
 		if _, _, err := Generate(cfg); err == nil {
 			t.Errorf("Generate(%+v) = nil error, want inject's refusal", cfg)
