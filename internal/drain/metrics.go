@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		drains: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_drains_total",
-			Help: "Finished drains by outcome (drained, timeout, envoy_gone, error, canceled).",
+			Help: "Finished drains by outcome (drained, timeout, envoy_gone, error, canceled, misconfigured).",
 		}, []string{"outcome"}),
 		adminRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_admin_requests_total",
@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"endpoint", "result"}),
 		phaseEnds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_drain_phase_ends_total",
-			Help: "Drain phases ended, by phase and cause (elapsed, done, quiet, drained, deadline, envoy_gone, error, canceled); /status and the log say the reason in words.",
+			Help: "Drain phases ended, by phase and cause (elapsed, done, quiet, drained, deadline, envoy_gone, error, canceled, misconfigured); /status and the log say the reason in words.",
 		}, []string{"phase", "cause"}),
 		newTrafficCx: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "shutdown_manager_drain_new_connections_total",
