@@ -33,7 +33,8 @@ var envoyName = regexp.MustCompile(`^envoy([-.][0-9A-Za-z.\-_]*)?$`)
 // Find returns Envoy's process under procRoot (normally "/proc"): a process whose name (comm) or argv[0]'s
 // base name is envoy. With several, PID 1 wins (Envoy as the container's main process), else the lowest PID
 // (the oldest; a hot restart's second Envoy comes after). Processes that vanish while being read are
-// skipped; a /proc that cannot be listed is an error.
+// skipped, and so are zombies (exited, not yet reaped: /proc/PID/stat state Z or X), which are no running
+// Envoy; a /proc that cannot be listed is an error.
 func Find(procRoot string) (Process, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
@@ -51,6 +52,9 @@ func Find(procRoot string) (Process, error) {
 		cmdline, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
 		args := splitCmdline(cmdline)
 		if !IsEnvoy(string(bytes.TrimSpace(comm)), args) {
+			continue
+		}
+		if stat, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil && exited(stat) {
 			continue
 		}
 		found = append(found, Process{PID: pid, Args: args, proc: procRoot})
@@ -76,6 +80,17 @@ func IsEnvoy(comm string, args []string) bool {
 		return true
 	}
 	return len(args) > 0 && envoyName.MatchString(path.Base(args[0]))
+}
+
+// exited reports whether /proc/PID/stat ("12 (envoy) Z 1 …") says the process has exited: state Z (a zombie)
+// or X (dead). The state follows the last ')', since the name in parentheses may hold anything.
+func exited(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := bytes.Fields(stat[i+1:])
+	return len(f) > 0 && (string(f[0]) == "Z" || string(f[0]) == "X")
 }
 
 // splitCmdline splits /proc/PID/cmdline (NUL-separated, NUL-terminated) into argv.
