@@ -96,7 +96,10 @@ func TestReachWitness(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		done := make(chan struct{})
-		go func() { defer close(done); r.probe(ctx, admin, envoyadmin.Address{Network: "tcp", Addr: "127.0.0.1:19000"}, log) }()
+		go func() {
+			defer close(done)
+			r.probe(ctx, admin, envoyadmin.Address{Network: "tcp", Addr: "127.0.0.1:19000"}, log)
+		}()
 
 		time.Sleep(reachWarnAfter + time.Second)
 		synctest.Wait()
