@@ -200,4 +200,3 @@ func exitCode(t *testing.T, err error, out string) int {
 	t.Fatalf("running the hook: %v\n%s", err, out)
 	return -1
 }
-
