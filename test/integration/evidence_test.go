@@ -7,7 +7,9 @@ import (
 	"net/http"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -199,4 +201,27 @@ func exitCode(t *testing.T, err error, out string) int {
 	}
 	t.Fatalf("running the hook: %v\n%s", err, out)
 	return -1
+}
+
+// The agent's evidence is its child: a wrong --admin-address while Envoy (its child) runs is a configuration
+// error, held to the deadline and logged as such, not envoy_gone after the gone window.
+func TestAgentWrongAdminAddressIsMisconfigured(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		e, envoyPID := agent(t, bin, "--admin-address", "http://"+closedPort(t), "--min-drain-duration", "500ms",
+			"--quiet-period", "0s", "--drain-timeout", "3s", "--stop-timeout", "1s")
+		if err := e.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		_, took := exitOf(t, e, 20*time.Second)
+		if took < 3*time.Second {
+			t.Errorf("manager exited %s after SIGTERM, want held to the 3s deadline", took)
+		}
+		log := readLog(t, e)
+		for _, want := range []string{`"msg":"envoy admin address misconfigured; holding the drain to its deadline"`,
+			`"outcome":"misconfigured"`, "envoy pid " + strconv.Itoa(envoyPID) + " (this process's child) is running"} {
+			if !strings.Contains(log, want) {
+				t.Errorf("manager log lacks %s:\n%s", want, lastLines(log, 8))
+			}
+		}
+	})
 }
