@@ -76,11 +76,12 @@ func Drain(ctx context.Context, cfg DrainConfig, log *slog.Logger) error {
 	if cfg.FindAdmin { // only now: with a sidecar that answers, Envoy's admin is not ours to find
 		cfg.Engine.Admin = adminOfRunningEnvoy(cfg.Engine.Admin, log)
 	}
-	if cfg.Engine.Drain.Witness == nil {
-		cfg.Engine.Drain.Witness = procWitness("/proc") // the hook runs in Envoy's container
-	}
 	metrics := drain.NewMetrics(nil)
-	engine, err := drain.New(cfg.Engine.Drain, cfg.Engine.client(metrics), log, metrics)
+	admin := cfg.Engine.client(metrics)
+	if cfg.Engine.Drain.Witness == nil {
+		cfg.Engine.Drain.Witness = procWitness{root: "/proc", admin: admin} // the hook runs in Envoy's container
+	}
+	engine, err := drain.New(cfg.Engine.Drain, admin, log, metrics)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -33,17 +35,53 @@ func childWitness(pid int, exited <-chan struct{}) drain.Witness {
 // procWitness is Drain's (the exec hook, run in Envoy's container): the Envoy processes /proc shows. None
 // alive (zombies are not) is gone; one alive means the address is wrong. It assumes, as the hook is, that
 // this process runs in Envoy's container (or shares its process namespace): elsewhere it sees no Envoy.
-func procWitness(procRoot string) drain.Witness {
-	return drain.WitnessFunc(func(context.Context) drain.Evidence {
-		p, err := envoyproc.Find(procRoot)
-		switch {
-		case err == nil:
-			return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: fmt.Sprintf("envoy pid %d is running", p.PID)}
-		case errors.Is(err, envoyproc.ErrNotFound):
-			return drain.Evidence{Verdict: drain.VerdictGone, Text: "no envoy process is running here (" + procRoot + ")"}
+//
+// It is a drain.Identifier too: an admin API whose /server_info names a bootstrap (-c, --config-yaml) that
+// appears in no argument of the Envoy process here is another Envoy's, whose health checks the drain must not
+// fail. The test reads no flag syntax (Envoy accepts several forms): each non-empty value must occur in some
+// argument. Only a clear absence counts; an answer it cannot read lets the drain go on.
+type procWitness struct {
+	root  string
+	admin interface {
+		ServerBootstrap(ctx context.Context) (path, inline string, err error)
+	}
+}
+
+func (w procWitness) Gone(context.Context) drain.Evidence {
+	p, err := envoyproc.Find(w.root)
+	switch {
+	case err == nil:
+		return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: fmt.Sprintf("envoy pid %d is running", p.PID)}
+	case errors.Is(err, envoyproc.ErrNotFound):
+		return drain.Evidence{Verdict: drain.VerdictGone, Text: "no envoy process is running here (" + w.root + ")"}
+	}
+	return drain.Evidence{Verdict: drain.VerdictUnknown, Text: "envoy's processes cannot be seen: " + err.Error()}
+}
+
+func (w procWitness) Identify(ctx context.Context) drain.Evidence {
+	unknown := drain.Evidence{Verdict: drain.VerdictUnknown}
+	if w.admin == nil {
+		return unknown
+	}
+	p, err := envoyproc.Find(w.root)
+	if err != nil {
+		return unknown
+	}
+	path, inline, err := w.admin.ServerBootstrap(ctx)
+	if err != nil {
+		return unknown
+	}
+	for flag, value := range map[string]string{"-c": path, "--config-yaml": inline} {
+		if value != "" && !slices.ContainsFunc(p.Args, func(a string) bool { return strings.Contains(a, value) }) {
+			shown := value
+			if len(shown) > 80 {
+				shown = shown[:77] + "..."
+			}
+			return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: fmt.Sprintf(
+				"for another envoy: its %s %q is not on the command line of envoy pid %d here", flag, shown, p.PID)}
 		}
-		return drain.Evidence{Verdict: drain.VerdictUnknown, Text: "envoy's processes cannot be seen: " + err.Error()}
-	})
+	}
+	return unknown
 }
 
 // reachWitness is Serve's (the sidecar, which cannot see Envoy's processes): Envoy's admin API answering

@@ -47,13 +47,13 @@ func TestProcWitness(t *testing.T) {
 			for pid, p := range tt.procs {
 				writeProc(t, root, pid, p[0], p[1])
 			}
-			ev := procWitness(root).Gone(context.Background())
+			ev := procWitness{root: root}.Gone(context.Background())
 			if ev.Verdict != tt.want || !strings.Contains(ev.Text, tt.text) {
 				t.Errorf("evidence = %+v, want verdict %d saying %q", ev, tt.want, tt.text)
 			}
 		})
 	}
-	if ev := procWitness(filepath.Join(t.TempDir(), "missing")).Gone(context.Background()); ev.Verdict != drain.VerdictUnknown {
+	if ev := (procWitness{root: filepath.Join(t.TempDir(), "missing")}).Gone(context.Background()); ev.Verdict != drain.VerdictUnknown {
 		t.Errorf("unreadable /proc: evidence = %+v, want unknown", ev)
 	}
 }
@@ -139,4 +139,34 @@ func (l *lockedLog) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.buf.String()
+}
+
+// bootstrapAdmin answers /server_info's bootstrap with path and inline.
+type bootstrapAdmin struct{ path, inline string }
+
+func (b bootstrapAdmin) ServerBootstrap(context.Context) (string, string, error) { return b.path, b.inline, nil }
+
+// The hook's identity check: the admin API's bootstrap must be on the command line of the Envoy process it
+// sees, in whatever flag form Envoy was given it; only a clear absence is another Envoy.
+func TestProcWitnessIdentify(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "12")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "comm"), []byte("envoy\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "cmdline"), []byte("envoy\x00--config-path=/etc/envoy/a.yaml\x00--config-yaml admin: {address: {pipe: {path: /s}}}\x00"), 0o644)
+	tests := []struct {
+		admin bootstrapAdmin
+		want  drain.Verdict
+	}{
+		{bootstrapAdmin{"/etc/envoy/a.yaml", "admin: {address: {pipe: {path: /s}}}"}, drain.VerdictUnknown},
+		{bootstrapAdmin{"/etc/envoy/a.yaml", ""}, drain.VerdictUnknown},
+		{bootstrapAdmin{"/etc/envoy/b.yaml", ""}, drain.VerdictMisconfigured},
+		{bootstrapAdmin{"/etc/envoy/a.yaml", "admin: {address: {pipe: {path: /other}}}"}, drain.VerdictMisconfigured},
+	}
+	for _, tt := range tests {
+		ev := procWitness{root: root, admin: tt.admin}.Identify(context.Background())
+		if ev.Verdict != tt.want {
+			t.Errorf("admin %+v: evidence %+v, want verdict %d", tt.admin, ev, tt.want)
+		}
+	}
 }

@@ -24,6 +24,8 @@ import (
 //     deadline (outcome error); with VerdictMisconfigured it says so at once (Drain.Misconfigured, Status,
 //     an ERROR log line) and retries to its deadline (outcome misconfigured), since a slow Envoy may still
 //     bind the address and holding keeps the pod serving while its endpoints are removed.
+//   - misconfigured also when the Witness is an Identifier that shows the admin API answering for another
+//     Envoy than the one it sees: that Envoy's health checks are never failed.
 //   - canceled, timeout, error, misconfigured: never OK.
 //
 // The front ends add their own (internal/agent): `drain --via` exits 0 only on the sidecar's 200 (its drain
@@ -67,6 +69,14 @@ type misconfiguredError struct{ text string }
 
 func (m *misconfiguredError) Error() string { return m.text }
 
+// reason is the text with the last admin error, if any.
+func (m *misconfiguredError) reason(lastErr string) string {
+	if lastErr == "" {
+		return m.text
+	}
+	return m.text + ": " + lastErr
+}
+
 // witness asks the configured Witness (none: VerdictUnknown).
 func (e *Engine) witness(ctx context.Context) Evidence {
 	if e.cfg.Witness == nil {
@@ -88,13 +98,7 @@ func (e *Engine) refusedEvidence(ctx context.Context, d *Drain, st *Status, wind
 		return "", &refusedError{For: window, Attempts: attempts, Evidence: ev.Text}
 	case VerdictMisconfigured:
 		text := fmt.Sprintf("configuration error: %s, but %s", refused, ev.Text)
-		if st.Misconfigured != text {
-			st.Misconfigured = text
-			e.publish(new(*st))
-			e.log.Error("envoy admin address misconfigured; holding the drain to its deadline", "reason", text,
-				"admin_address", e.adminAddress(), "err", st.LastError)
-			d.warnMisconfigured()
-		}
+		e.tellMisconfigured(d, st, text)
 		return text, nil
 	}
 	if st.Misconfigured == "" && !d.unsure {
@@ -103,6 +107,44 @@ func (e *Engine) refusedEvidence(ctx context.Context, d *Drain, st *Status, wind
 			refused+"; "+ev.Text, "admin_address", e.adminAddress(), "err", st.LastError)
 	}
 	return "", nil
+}
+
+// tellMisconfigured says loudly, once per text, that the admin address is wrong: the ERROR line,
+// Status.Misconfigured and Drain.Misconfigured (a Warning Event). The drain holds on.
+func (e *Engine) tellMisconfigured(d *Drain, st *Status, text string) {
+	if st.Misconfigured == text {
+		return
+	}
+	st.Misconfigured = text
+	e.publish(new(*st))
+	e.log.Error("envoy admin address misconfigured; holding the drain to its deadline", "reason", text,
+		"admin_address", e.adminAddress(), "err", st.LastError)
+	d.warnMisconfigured()
+}
+
+// Identifier is an optional part of a Witness, for a front end that sees Envoy's process and can ask the
+// admin API which Envoy answers (internal/agent: the hook compares /server_info's bootstrap with Envoy's
+// command line). Before every attempt to fail health checks, Identify returns VerdictMisconfigured when the
+// admin API answers for another Envoy: its health checks are then not failed, and the drain holds to its
+// deadline (outcome misconfigured). Anything else (its own, or it cannot tell) lets the attempt go on.
+type Identifier interface {
+	Identify(ctx context.Context) Evidence
+}
+
+// anotherEnvoy is failHealthChecks's check before an attempt: the misconfiguration text when the admin API
+// answers for another Envoy, told loudly; "" to go on.
+func (e *Engine) anotherEnvoy(ctx context.Context, d *Drain, st *Status) string {
+	id, ok := e.cfg.Witness.(Identifier)
+	if !ok {
+		return ""
+	}
+	ev := id.Identify(ctx)
+	if ev.Verdict != VerdictMisconfigured {
+		return ""
+	}
+	text := fmt.Sprintf("configuration error: envoy's admin API%s answers, but %s; its health checks were not failed", e.adminAt(), ev.Text)
+	e.tellMisconfigured(d, st, text)
+	return text
 }
 
 // adminAt is " at ADDRESS" when the Admin says where it calls (envoyadmin.Client does), else "".

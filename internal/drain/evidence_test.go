@@ -200,3 +200,58 @@ func TestMisconfiguredCanceled(t *testing.T) {
 func refusedErr(what string) error {
 	return fmt.Errorf("%s: %w: connection refused", what, envoyadmin.ErrUnreachable)
 }
+
+// identifying is a Witness that is an Identifier too: Identify says whether the admin API is another Envoy's.
+type identifying struct {
+	*witnessSays
+	another bool
+	asked   atomic.Int32
+}
+
+func (i *identifying) Identify(context.Context) Evidence {
+	i.asked.Add(1)
+	if i.another {
+		return Evidence{Verdict: VerdictMisconfigured, Text: `for another envoy: its -c "/b.yaml" is not on the command line of envoy pid 12 here`}
+	}
+	return Evidence{Verdict: VerdictUnknown}
+}
+
+// An admin API that answers for another Envoy than the one the front end sees: its health checks are never
+// failed; the drain holds to its deadline and ends misconfigured. The same Envoy drains as usual.
+func TestAnotherEnvoysAdminIsMisconfigured(t *testing.T) {
+	for _, another := range []bool{true, false} {
+		t.Run(map[bool]string{true: "another envoy", false: "its own"}[another], func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFake(0)
+				cfg := testConfig()
+				id := &identifying{witnessSays: says(VerdictMisconfigured), another: another}
+				cfg.Witness = id
+				e := startEngine(t, cfg, fake, nil)
+				start := time.Now()
+				d, _ := e.Trigger(context.Background(), testCaller)
+				<-d.Done()
+				r := d.Result()
+				if !another {
+					if r.Outcome != OutcomeDrained || id.asked.Load() != 1 {
+						t.Errorf("outcome = %s (%s), asked %d; want drained, asked once", r.Outcome, r.Reason, id.asked.Load())
+					}
+					return
+				}
+				if r.Outcome != OutcomeMisconfigured || time.Since(start) != cfg.Timeout {
+					t.Errorf("outcome = %s after %s (%s), want misconfigured at the deadline", r.Outcome, time.Since(start), r.Reason)
+				}
+				if n := fake.fails.Load(); n != 0 {
+					t.Errorf("another envoy's health checks failed %d times, want never", n)
+				}
+				if !strings.Contains(r.Reason, "for another envoy") || !strings.Contains(r.Reason, "health checks were not failed") {
+					t.Errorf("reason %q does not say why", r.Reason)
+				}
+				select {
+				case <-d.Misconfigured():
+				default:
+					t.Error("the misconfiguration was not told while holding")
+				}
+			})
+		})
+	}
+}

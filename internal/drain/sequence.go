@@ -210,7 +210,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			return finish(OutcomeEnvoyGone, "envoy is not running: its admin API refused every connection for %s (%d attempts) and %s: %s",
 				refused.For.Round(time.Millisecond), refused.Attempts, refused.Evidence, st.LastError)
 		case errors.As(err, &wrong):
-			return finish(OutcomeMisconfigured, "deadline %s reached: %s: %s", cfg.Timeout, wrong.text, st.LastError)
+			return finish(OutcomeMisconfigured, "deadline %s reached: %s", cfg.Timeout, wrong.reason(st.LastError))
 		}
 		return finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", cfg.Timeout, st.LastError)
 	}
@@ -438,6 +438,17 @@ func (e *Engine) failHealthChecks(ctx context.Context, d *Drain, st *Status) err
 	refused := 0
 	wrong := "" // the misconfiguration the last gone window showed; "" after any other answer
 	for attempt := 1; ; attempt++ {
+		if text := e.anotherEnvoy(ctx, d, st); text != "" {
+			// Never fail another Envoy's health checks: hold, asking again, until the deadline.
+			if err := e.wait(ctx, backoff); err != nil {
+				if errors.Is(err, errEnvoyExited) {
+					return err
+				}
+				return &misconfiguredError{text: text}
+			}
+			backoff = min(2*backoff, lastBackoff)
+			continue
+		}
 		err := e.admin.HealthcheckFail(ctx)
 		if err == nil {
 			st.LastError, st.Misconfigured = "", ""

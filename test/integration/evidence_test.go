@@ -225,3 +225,29 @@ func TestAgentWrongAdminAddressIsMisconfigured(t *testing.T) {
 		}
 	})
 }
+
+// Another Envoy's admin address (a second Envoy in the pod, or one on the host network): it answers, so no
+// refusal shows the mistake, and before this change the hook failed that other Envoy's health checks and
+// ended drained, exit 0, its own Envoy never told. The hook sees its Envoy's process: /server_info's -c of
+// the answering Envoy is not on its command line, so the admin API is another Envoy's: its health checks are
+// not failed, and the drain ends misconfigured (exit 3) at its deadline.
+func TestAnotherEnvoysAdminIsMisconfigured(t *testing.T) {
+	requireRoot(t)
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		ours := startEnvoy(t, bin, testbed.Options{Wrapper: []string{"unshare", "--pid", "--fork", "--mount-proc"}})
+		other := startEnvoy(t, bin, testbed.Options{})
+		const timeout = 3 * time.Second
+		out, code := hookInNamespace(t, ours, "drain", "--admin-address", other.AdminURL, "--min-drain-duration", "1s",
+			"--quiet-period", "0s", "--drain-timeout", timeout.String())
+		f, _ := out.finished()
+		if code != 3 || f.Outcome != "misconfigured" || f.Duration < timeout {
+			t.Errorf("exit %d, outcome %q after %s (%s); want exit 3, misconfigured at the %s deadline\n%s", code, f.Outcome, f.Duration, f.Reason, timeout, out)
+		}
+		if !strings.Contains(f.Reason, "for another envoy") || !strings.Contains(f.Reason, "health checks were not failed") {
+			t.Errorf("reason %q does not say why", f.Reason)
+		}
+		if st := envoyState(t, other); st != "LIVE" {
+			t.Errorf("the other envoy's state %s, want LIVE: its health checks must not be failed", st)
+		}
+	})
+}
