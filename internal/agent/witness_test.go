@@ -144,7 +144,9 @@ func (l *lockedLog) String() string {
 // bootstrapAdmin answers /server_info's bootstrap with path and inline.
 type bootstrapAdmin struct{ path, inline string }
 
-func (b bootstrapAdmin) ServerBootstrap(context.Context) (string, string, error) { return b.path, b.inline, nil }
+func (b bootstrapAdmin) ServerBootstrap(context.Context) (string, string, error) {
+	return b.path, b.inline, nil
+}
 
 // The hook's identity check: the admin API's bootstrap must be on the command line of the Envoy process it
 // sees, in whatever flag form Envoy was given it; only a clear absence is another Envoy.
