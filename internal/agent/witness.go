@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,9 +38,9 @@ func childWitness(pid int, exited <-chan struct{}) drain.Witness {
 // this process runs in Envoy's container (or shares its process namespace): elsewhere it sees no Envoy.
 //
 // It is a drain.Identifier too: an admin API whose /server_info names a bootstrap (-c, --config-yaml) that
-// appears in no argument of the Envoy process here is another Envoy's, whose health checks the drain must not
-// fail. The test reads no flag syntax (Envoy accepts several forms): each non-empty value must occur in some
-// argument. Only a clear absence counts; an answer it cannot read lets the drain go on.
+// is on the command line of no live Envoy process here is another Envoy's, whose health checks the drain must
+// not fail. The test reads no flag syntax (Envoy accepts several forms): each non-empty value must occur in
+// some argument of one process. Only a clear absence counts; an answer it cannot read lets the drain go on.
 type procWitness struct {
 	root  string
 	admin interface {
@@ -63,25 +64,32 @@ func (w procWitness) Identify(ctx context.Context) drain.Evidence {
 	if w.admin == nil {
 		return unknown
 	}
-	p, err := envoyproc.Find(w.root)
+	procs, err := envoyproc.All(w.root)
 	if err != nil {
 		return unknown
 	}
 	path, inline, err := w.admin.ServerBootstrap(ctx)
-	if err != nil {
+	if err != nil || (path == "" && inline == "") {
 		return unknown
 	}
-	for flag, value := range map[string]string{"-c": path, "--config-yaml": inline} {
-		if value != "" && !slices.ContainsFunc(p.Args, func(a string) bool { return strings.Contains(a, value) }) {
-			shown := value
-			if len(shown) > 80 {
-				shown = shown[:77] + "..."
-			}
-			return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: fmt.Sprintf(
-				"for another envoy: its %s %q is not on the command line of envoy pid %d here", flag, shown, p.PID)}
+	var pids []string
+	for _, p := range procs {
+		if onCommandLine(p.Args, path) && onCommandLine(p.Args, inline) {
+			return unknown // one of the Envoys here (a hot restart shows two)
 		}
+		pids = append(pids, strconv.Itoa(p.PID))
 	}
-	return unknown
+	shown := fmt.Sprintf("-c %q", path)
+	if inline != "" {
+		shown += fmt.Sprintf(" and --config-yaml of %d bytes", len(inline))
+	}
+	return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: fmt.Sprintf(
+		"for another envoy: its bootstrap (%s) is not on the command line of envoy pid %s here", shown, strings.Join(pids, ", "))}
+}
+
+// onCommandLine reports whether value ("": nothing to find) occurs in some argument, in whatever flag form.
+func onCommandLine(args []string, value string) bool {
+	return value == "" || slices.ContainsFunc(args, func(a string) bool { return strings.Contains(a, value) })
 }
 
 // reachWitness is Serve's (the sidecar, which cannot see Envoy's processes): Envoy's admin API answering

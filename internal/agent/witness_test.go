@@ -165,6 +165,13 @@ func TestProcWitnessIdentify(t *testing.T) {
 		{bootstrapAdmin{"/etc/envoy/b.yaml", ""}, drain.VerdictMisconfigured},
 		{bootstrapAdmin{"/etc/envoy/a.yaml", "admin: {address: {pipe: {path: /other}}}"}, drain.VerdictMisconfigured},
 	}
+	// A second Envoy here (a hot restart's, or another container's when the process namespace is shared):
+	// the admin API is ours if it is either's.
+	writeProc(t, root, 30, "envoy", "S")
+	tests = append(tests, struct {
+		admin bootstrapAdmin
+		want  drain.Verdict
+	}{bootstrapAdmin{"/etc/envoy.yaml", ""}, drain.VerdictUnknown})
 	for _, tt := range tests {
 		ev := procWitness{root: root, admin: tt.admin}.Identify(context.Background())
 		if ev.Verdict != tt.want {

@@ -36,9 +36,19 @@ var envoyName = regexp.MustCompile(`^envoy([-.][0-9A-Za-z.\-_]*)?$`)
 // skipped, and so are zombies (exited, not yet reaped: /proc/PID/stat state Z or X), which are no running
 // Envoy; a /proc that cannot be listed is an error.
 func Find(procRoot string) (Process, error) {
+	found, err := All(procRoot)
+	if err != nil {
+		return Process{}, err
+	}
+	return found[0], nil
+}
+
+// All returns every live Envoy process under procRoot, in Find's order (PID 1 first, then by PID); ErrNotFound
+// when there is none. A hot restart shows two; a host's /proc shows every container's.
+func All(procRoot string) ([]Process, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
-		return Process{}, fmt.Errorf("listing processes: %w", err)
+		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	self := os.Getpid()
 	var found []Process
@@ -60,7 +70,7 @@ func Find(procRoot string) (Process, error) {
 		found = append(found, Process{PID: pid, Args: args, proc: procRoot})
 	}
 	if len(found) == 0 {
-		return Process{}, ErrNotFound
+		return nil, ErrNotFound
 	}
 	slices.SortFunc(found, func(a, b Process) int {
 		switch {
@@ -71,7 +81,7 @@ func Find(procRoot string) (Process, error) {
 		}
 		return a.PID - b.PID
 	})
-	return found[0], nil
+	return found, nil
 }
 
 // IsEnvoy reports whether a process with this comm and argv is Envoy. It is pure.
