@@ -19,6 +19,10 @@ import (
 // ErrReported is a failure already told to the user in the log: the command exits 1 and adds nothing.
 var ErrReported = errors.New("failure reported")
 
+// ErrMisconfigured is a drain that ended misconfigured (Envoy's admin address is wrong), already told in the
+// log; it is an ErrReported, and the command exits 3.
+var ErrMisconfigured = fmt.Errorf("%w: envoy's admin address is misconfigured", ErrReported)
+
 // ExitStatus ends the process with this code, already explained in the log (Run: Envoy's exit status).
 type ExitStatus int
 

@@ -34,8 +34,9 @@ type DrainConfig struct {
 	Progress io.Writer
 }
 
-// Drain drains Envoy once: nil when drained (or Envoy already gone), ErrReported when the drain timed out
-// or failed. SIGINT or SIGTERM stop the wait (ErrReported); Envoy stays draining.
+// Drain drains Envoy once: nil when drained (or Envoy gone, as /proc shows), ErrMisconfigured when Envoy's
+// admin address refused while Envoy's process ran (procWitness), ErrReported when the drain timed out or
+// failed. SIGINT or SIGTERM stop the wait (ErrReported); Envoy stays draining.
 //
 // With Via it joins the drain of a serve sidecar instead (the sidecar mode's exec hook) and returns as the
 // sidecar answers; when the sidecar gives no usable answer (not running, restarting, refusing the call) it
@@ -76,7 +77,11 @@ func Drain(ctx context.Context, cfg DrainConfig, log *slog.Logger) error {
 		cfg.Engine.Admin = adminOfRunningEnvoy(cfg.Engine.Admin, log)
 	}
 	metrics := drain.NewMetrics(nil)
-	engine, err := drain.New(cfg.Engine.Drain, cfg.Engine.client(metrics), log, metrics)
+	admin := cfg.Engine.client(metrics)
+	if cfg.Engine.Drain.Witness == nil {
+		cfg.Engine.Drain.Witness = procWitness{root: "/proc", admin: admin} // the hook runs in Envoy's container
+	}
+	engine, err := drain.New(cfg.Engine.Drain, admin, log, metrics)
 	if err != nil {
 		return err
 	}
@@ -107,7 +112,10 @@ func Drain(ctx context.Context, cfg DrainConfig, log *slog.Logger) error {
 	if cfg.Progress != nil {
 		fmt.Fprintf(cfg.Progress, "\r\033[K%s: %s\n", res.Outcome, res.Reason)
 	}
-	if !res.OK() {
+	switch {
+	case res.Outcome == drain.OutcomeMisconfigured:
+		return ErrMisconfigured
+	case !res.OK():
 		return ErrReported
 	}
 	return nil
@@ -144,6 +152,9 @@ func joinSidecar(ctx context.Context, c *viaClient, wait time.Duration, log *slo
 		return true, nil
 	case code == http.StatusServiceUnavailable && header.Get(server.OutcomeHeader) != "":
 		log.Warn("sidecar's drain failed", "status", code, "outcome", header.Get(server.OutcomeHeader), "reason", line)
+		if header.Get(server.OutcomeHeader) == string(drain.OutcomeMisconfigured) {
+			return true, ErrMisconfigured
+		}
 		return true, ErrReported
 	default: // 401, 404, 429, a 503 that is no drain's result (the sidecar stopping): it did not take the call
 		log.Warn("sidecar refused the call: draining envoy directly", "status", code, "answer", line)

@@ -43,6 +43,7 @@ func Run(cfg RunConfig, log *slog.Logger) error {
 	log.Info("envoy started", "pid", proc.Pid(), "command", cfg.EnvoyArgs, "admin_address", cfg.Engine.Admin.String(), "version", cfg.Engine.Version)
 
 	cfg.Engine.Drain.EnvoyExited = proc.Exited()
+	cfg.Engine.Drain.Witness = childWitness(proc.Pid(), proc.Exited())
 	s, err := newStack(cfg.Engine, log, "run")
 	if err != nil {
 		return err

@@ -28,11 +28,17 @@ func Serve(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	defer signal.Stop(sigs)
 
+	reach := newReachWitness()
+	cfg.Engine.Drain.Witness = reach
 	s, err := newStack(cfg.Engine, log, "serve")
 	if err != nil {
 		return err
 	}
 	defer s.stop(nil)
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	probed := make(chan struct{})
+	go func() { defer close(probed); reach.probe(probeCtx, s.admin, cfg.Engine.Admin, log) }()
+	defer func() { stopProbe(); <-probed }()
 	apis, err := startAPI(cfg.API, s, log)
 	if err != nil {
 		log.Error("cannot listen", "listen", cfg.API.Listen.String(), "err", err)

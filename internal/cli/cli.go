@@ -21,6 +21,9 @@ const (
 	ExitOK      = 0 // done, or drained
 	ExitFailure = 1 // the drain timed out or failed, or the command failed
 	ExitUsage   = 2 // bad flags or arguments
+	// ExitMisconfigured: drain's admin address refused while Envoy ran (outcome misconfigured), a
+	// configuration error set apart from a timeout (1) so that a hook's failure says which it was.
+	ExitMisconfigured = 3
 )
 
 // Version and Commit are set at build time with -ldflags "-X .../internal/cli.Version=… -X .../internal/cli.Commit=…"
@@ -40,7 +43,7 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"serve", "run the sidecar: an HTTP API whose /shutdown drains Envoy (for preStop hooks)", runServe},
-		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed (for exec hooks and humans)", runDrain},
+		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed, 3 admin address misconfigured (for exec hooks and humans)", runDrain},
 		{"run", "run Envoy as a child (the agent): SIGTERM drains it, stops it, exits with its status", runRun},
 		{"resume", "make a drained Envoy live again (POST /healthcheck/ok), directly or through a serve API (--via)", runResume},
 		{"inject", "add the manager to the Envoy pods of Kubernetes manifests (-f FILE|-; YAML out)", runInject},
@@ -87,6 +90,8 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "shutdown-manager %s: %v (see shutdown-manager %s -h)\n", c.name, ue.err, c.name)
 			return ExitUsage
+		case errors.Is(err, agent.ErrMisconfigured):
+			return ExitMisconfigured
 		case errors.Is(err, agent.ErrReported):
 			return ExitFailure
 		default:

@@ -11,7 +11,7 @@ import (
 )
 
 // runDrain drains Envoy once and exits (agent.Drain): 0 drained (or Envoy already gone), 1 timed out or
-// failed. With --via it joins a serve sidecar's drain, and drains by itself if the sidecar cannot be reached.
+// failed, 3 misconfigured (Envoy's admin address refused while Envoy ran). With --via it joins a serve sidecar's drain, and drains by itself if the sidecar cannot be reached.
 func runDrain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
 	var df drainFlags

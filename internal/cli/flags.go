@@ -80,7 +80,7 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
 	fs.StringVar(&f.listeners, "drain-listeners", string(drain.ListenerDrainNone), "also start Envoy's graceful listener drain after failing health checks: none, inbound, all (for listeners with drain_type MODIFY_ONLY)")
 	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "record Kubernetes Events (DrainStarted, Drained, …) on this pod through the API server of this kubeconfig file (default: the in-cluster config, when running in a pod); the pod is named by "+events.EnvPodName+" and "+events.EnvPodNamespace+"; without them or without access: one warning, no Events, the drain unaffected")
-	fs.DurationVar(&f.goneAfter, "envoy-gone-after", drain.DefaultGoneAfter, "if Envoy's admin API refuses every connection (or its socket is missing) this long, Envoy is gone: release at once (outcome envoy_gone, exit 0)")
+	fs.DurationVar(&f.goneAfter, "envoy-gone-after", drain.DefaultGoneAfter, "if Envoy's admin API refuses every connection (or its socket is missing) this long and Envoy is shown gone (drain: no Envoy process in its container; serve: the admin answered before; run: Envoy exited), release at once (outcome envoy_gone, exit 0); Envoy shown running there: a configuration error, held to the deadline (outcome misconfigured, drain exits 3)")
 }
 
 // config validates the flags into the engine's configuration.

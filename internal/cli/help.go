@@ -83,7 +83,8 @@ var examples = map[string][]example{
 // exitCodes are the Exit codes section of each command's help (by FlagSet name); a command not here has
 // defaultExitCodes.
 var exitCodes = map[string][][2]string{
-	"drain": {{"0", "drained, or Envoy was gone"}, {"1", "the drain timed out or failed"}, {"2", "bad flags or arguments"}},
+	"drain": {{"0", "drained, or Envoy was gone (no Envoy process left in this container)"}, {"1", "the drain timed out or failed"}, {"2", "bad flags or arguments"},
+		{"3", "misconfigured: Envoy's admin address refused every connection to the deadline while an Envoy process ran (or, with --via, the sidecar had never reached it)"}},
 	"serve": {{"0", "stopped by SIGTERM or SIGINT once any drain released"}, {"1", "the API could not listen, or another failure"}, {"2", "bad flags or arguments"}},
 	"run": {{"0", "Envoy exited 0 (as it does on /quitquitquit after the drain)"}, {"N", "Envoy's own exit status N (128+S when signal S ended it)"},
 		{"1", "also: Envoy could not start, or another failure"}, {"2", "bad flags or arguments (Envoy not started)"}},

@@ -72,8 +72,13 @@ type Config struct {
 	Mode          Mode
 	Selector      Selector
 	ListenerDrain ListenerDrain
-	GoneAfter     time.Duration   // admin API refusing connections this long means Envoy is gone; 0: DefaultGoneAfter
-	EnvoyExited   <-chan struct{} // closed when Envoy's process is known to have exited (agent mode); may be nil
+	// GoneAfter: the admin API refusing every connection this long, with the Witness's evidence, means Envoy
+	// is gone; 0: DefaultGoneAfter.
+	GoneAfter   time.Duration
+	EnvoyExited <-chan struct{} // closed when Envoy's process is known to have exited (agent mode); may be nil
+	// Witness says whether Envoy is gone when its admin address refuses from the start (see evidence.go);
+	// nil: nothing can tell, and a refusing address holds the drain to its deadline.
+	Witness Witness
 }
 
 // Validate reports the first invalid field as a *ConfigError.
@@ -304,7 +309,7 @@ func (e *Engine) logTrigger(by Caller, how string) {
 
 func (e *Engine) start(ctx context.Context, by Caller) *Drain {
 	dctx, cancel := context.WithCancelCause(ctx)
-	d := &Drain{done: make(chan struct{}), by: by, cancel: cancel}
+	d := &Drain{done: make(chan struct{}), misconfigured: make(chan struct{}), by: by, cancel: cancel}
 	now := time.Now()
 	d.started = now
 	e.publish(&Status{Phase: PhaseDelay, Started: &now, Deadline: new(now.Add(e.cfg.Timeout)), Open: Unknown, Listeners: []ScopeCount{}, TriggeredBy: &d.by})
@@ -454,6 +459,10 @@ type Drain struct {
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 	result  Result
+
+	misconfigured     chan struct{} // see Misconfigured
+	misconfiguredOnce sync.Once
+	unsure            bool // the drain's goroutine has logged a refusal it has no evidence about
 }
 
 // Done is closed when the drain has released its waiters.

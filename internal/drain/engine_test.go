@@ -411,13 +411,16 @@ func TestEnvoyExitedSignal(t *testing.T) {
 	})
 }
 
-// Nothing listens at the admin address from the start (a crashed Envoy): after the gone window the drain
-// releases as envoy_gone (exit 0 for the hook), not at the deadline.
+// Nothing listens at the admin address from the start (a crashed Envoy) and the Witness shows Envoy gone:
+// after the gone window the drain releases as envoy_gone (exit 0 for the hook), not at the deadline.
 func TestRefusedFromTheStartIsEnvoyGone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFake(0)
 		unreachable := &unreachableAdmin{fakeAdmin: fake}
 		cfg := testConfig()
+		cfg.Witness = WitnessFunc(func(context.Context) Evidence {
+			return Evidence{Verdict: VerdictGone, Text: "no envoy process runs in this container"}
+		})
 		e := startEngine(t, cfg, unreachable, nil)
 		start := time.Now()
 		d, _ := e.Trigger(context.Background(), testCaller)
@@ -429,8 +432,10 @@ func TestRefusedFromTheStartIsEnvoyGone(t *testing.T) {
 		if r.Outcome != OutcomeEnvoyGone || !r.OK() {
 			t.Errorf("outcome = %s (%s), want envoy_gone", r.Outcome, r.Reason)
 		}
-		if !strings.Contains(r.Reason, "refused every connection for 1s") || !strings.Contains(r.Reason, "connection refused") {
-			t.Errorf("reason %q does not give the evidence", r.Reason)
+		for _, want := range []string{"refused every connection for 1s", "connection refused", "no envoy process runs"} {
+			if !strings.Contains(r.Reason, want) {
+				t.Errorf("reason %q does not give the evidence %q", r.Reason, want)
+			}
 		}
 		if n := unreachable.calls.Load(); n < 3 {
 			t.Errorf("%d attempts in the gone window, want several", n)

@@ -31,15 +31,16 @@ var Phases = []Phase{PhaseIdle, PhaseDelay, PhaseFailHealthChecks, PhaseMinDurat
 type Outcome string
 
 const (
-	OutcomeDrained   Outcome = "drained"    // the count fell to the threshold
-	OutcomeTimeout   Outcome = "timeout"    // the deadline came first
-	OutcomeEnvoyGone Outcome = "envoy_gone" // Envoy exited during the drain
-	OutcomeError     Outcome = "error"      // Envoy could not be asked to drain before the deadline
-	OutcomeCanceled  Outcome = "canceled"   // the engine was stopped
+	OutcomeDrained       Outcome = "drained"       // the count fell to the threshold
+	OutcomeTimeout       Outcome = "timeout"       // the deadline came first
+	OutcomeEnvoyGone     Outcome = "envoy_gone"    // Envoy exited, or was shown not to be running (evidence.go says how)
+	OutcomeError         Outcome = "error"         // Envoy could not be asked to drain before the deadline
+	OutcomeCanceled      Outcome = "canceled"      // the engine was stopped
+	OutcomeMisconfigured Outcome = "misconfigured" // the admin address refused while Envoy ran: a configuration error
 )
 
 // Outcomes lists every outcome, for metrics.
-var Outcomes = []Outcome{OutcomeDrained, OutcomeTimeout, OutcomeEnvoyGone, OutcomeError, OutcomeCanceled}
+var Outcomes = []Outcome{OutcomeDrained, OutcomeTimeout, OutcomeEnvoyGone, OutcomeError, OutcomeCanceled, OutcomeMisconfigured}
 
 // Result is a finished drain.
 type Result struct {
@@ -62,18 +63,19 @@ type PhaseEnd struct {
 type Cause string
 
 const (
-	CauseElapsed   Cause = "elapsed"    // its time passed (the delay, the floor)
-	CauseDone      Cause = "done"       // its step was done (health checks failing)
-	CauseQuiet     Cause = "quiet"      // no new traffic for the quiet period
-	CauseDrained   Cause = "drained"    // the work in flight fell to the threshold
-	CauseDeadline  Cause = "deadline"   // the drain's deadline came first
-	CauseEnvoyGone Cause = "envoy_gone" // Envoy exited
-	CauseError     Cause = "error"      // Envoy could not be asked to drain
-	CauseCanceled  Cause = "canceled"   // the engine was stopped
+	CauseElapsed       Cause = "elapsed"       // its time passed (the delay, the floor)
+	CauseDone          Cause = "done"          // its step was done (health checks failing)
+	CauseQuiet         Cause = "quiet"         // no new traffic for the quiet period
+	CauseDrained       Cause = "drained"       // the work in flight fell to the threshold
+	CauseDeadline      Cause = "deadline"      // the drain's deadline came first
+	CauseEnvoyGone     Cause = "envoy_gone"    // Envoy exited
+	CauseError         Cause = "error"         // Envoy could not be asked to drain
+	CauseCanceled      Cause = "canceled"      // the engine was stopped
+	CauseMisconfigured Cause = "misconfigured" // the deadline came while the refusing admin address was shown wrong
 )
 
 // Causes lists every cause, for metrics.
-var Causes = []Cause{CauseElapsed, CauseDone, CauseQuiet, CauseDrained, CauseDeadline, CauseEnvoyGone, CauseError, CauseCanceled}
+var Causes = []Cause{CauseElapsed, CauseDone, CauseQuiet, CauseDrained, CauseDeadline, CauseEnvoyGone, CauseError, CauseCanceled, CauseMisconfigured}
 
 // OpenCount is the work in flight as --count counts it, or Unknown before Envoy's stats were read.
 // It encodes to JSON as a number, or null when unknown.
@@ -127,7 +129,9 @@ type Status struct {
 	Reason             string     `json:"reason,omitempty"`
 	EnvoyState         string     `json:"envoy_state,omitempty"`
 	LastError          string     `json:"last_error,omitempty"`
-	Polls              int        `json:"polls"`
+	// Misconfigured says why Envoy's admin address is wrong, once the drain has found it (see evidence.go).
+	Misconfigured string `json:"misconfigured,omitempty"`
+	Polls         int    `json:"polls"`
 	// Set while Envoy's admin API, having answered, fails every poll (a wedged or stopped Envoy): when its
 	// last good answer came. Open is then that answer's count, as old as this.
 	AdminStalledSince *time.Time `json:"admin_unanswered_since,omitempty"`
@@ -164,7 +168,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			r.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(parent), since(d.started), openText(st.Open))
 		}
 		cause := map[Outcome]Cause{OutcomeDrained: CauseDrained, OutcomeTimeout: CauseDeadline, OutcomeEnvoyGone: CauseEnvoyGone,
-			OutcomeError: CauseError, OutcomeCanceled: CauseCanceled}[r.Outcome]
+			OutcomeError: CauseError, OutcomeCanceled: CauseCanceled, OutcomeMisconfigured: CauseMisconfigured}[r.Outcome]
 		ended(cause, r.Reason)
 		r.Phases = st.Phases
 		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
@@ -193,14 +197,17 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	// 2. Fail health checks, retried: nothing drains until Envoy has been told.
 	st.Phase = PhaseFailHealthChecks
 	e.publish(new(st))
-	if err := e.failHealthChecks(ctx, &st); err != nil {
+	if err := e.failHealthChecks(ctx, d, &st); err != nil {
 		var refused *refusedError
+		var wrong *misconfiguredError
 		switch {
 		case errors.Is(err, errEnvoyExited):
 			return gone()
 		case errors.As(err, &refused):
-			return finish(OutcomeEnvoyGone, "envoy is not running: its admin API refused every connection for %s (%d attempts): %s",
-				refused.For.Round(time.Millisecond), refused.Attempts, st.LastError)
+			return finish(OutcomeEnvoyGone, "envoy is not running: its admin API refused every connection for %s (%d attempts) and %s: %s",
+				refused.For.Round(time.Millisecond), refused.Attempts, refused.Evidence, st.LastError)
+		case errors.As(err, &wrong):
+			return finish(OutcomeMisconfigured, "deadline %s reached: %s", cfg.Timeout, wrong.reason(st.LastError))
 		}
 		return finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", cfg.Timeout, st.LastError)
 	}
@@ -406,10 +413,12 @@ const (
 // failure (a timeout, a 500) restarts the window: a hung admin API is not a gone Envoy.
 const DefaultGoneAfter = time.Second
 
-// refusedError reports that the admin API refused connections for the whole gone window.
+// refusedError reports that the admin API refused connections for the whole gone window, and the Witness's
+// evidence that Envoy is gone.
 type refusedError struct {
 	For      time.Duration
 	Attempts int
+	Evidence string
 }
 
 func (r *refusedError) Error() string {
@@ -417,15 +426,30 @@ func (r *refusedError) Error() string {
 }
 
 // failHealthChecks calls POST /healthcheck/fail until it succeeds, backing off, while ctx allows. If every
-// attempt for GoneAfter is refused (nothing listens), it returns a *refusedError.
-func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
+// attempt for GoneAfter is refused (nothing listens), it asks the Witness (refusedEvidence): it returns a
+// *refusedError when Envoy is gone, and a *misconfiguredError at the deadline when the address was shown to
+// be wrong and still refuses.
+func (e *Engine) failHealthChecks(ctx context.Context, d *Drain, st *Status) error {
 	backoff := firstBackoff
 	var refusedSince time.Time // zero: the last attempt was not refused
 	refused := 0
+	wrong := "" // the misconfiguration the last gone window showed; "" after any other answer
 	for attempt := 1; ; attempt++ {
+		if text := e.anotherEnvoy(ctx, d, st); text != "" {
+			// Never fail another Envoy's health checks: hold, asking again, until the deadline.
+			if err := e.wait(ctx, backoff); err != nil {
+				if errors.Is(err, errEnvoyExited) {
+					return err
+				}
+				return &misconfiguredError{text: text}
+			}
+			backoff = min(2*backoff, lastBackoff)
+			continue
+		}
 		err := e.admin.HealthcheckFail(ctx)
 		if err == nil {
-			st.LastError = ""
+			st.LastError, st.Misconfigured = "", ""
+			e.publish(new(*st))
 			return nil
 		}
 		st.LastError = err.Error()
@@ -436,16 +460,24 @@ func (e *Engine) failHealthChecks(ctx context.Context, st *Status) error {
 				refusedSince = time.Now()
 			}
 			refused++
-			if gone := time.Since(refusedSince); gone >= e.cfg.GoneAfter && refused >= 2 {
-				return &refusedError{For: gone, Attempts: refused}
+			if window := time.Since(refusedSince); window >= e.cfg.GoneAfter && refused >= 2 {
+				text, err := e.refusedEvidence(ctx, d, st, window, refused)
+				if err != nil {
+					return err
+				}
+				wrong = text
+				refusedSince, refused = time.Now(), 0 // the next window asks the Witness again
 			}
 			// Several attempts inside the window, and one right at its end.
 			wait = min(wait, e.cfg.GoneAfter/4, max(e.cfg.GoneAfter-time.Since(refusedSince), firstBackoff))
-		} else {
-			refusedSince, refused = time.Time{}, 0
+		} else if ctx.Err() == nil { // an attempt cut short by the deadline shows nothing about the address
+			refusedSince, refused, wrong = time.Time{}, 0, ""
 		}
 		e.log.Warn("failing envoy health checks failed; retrying", "attempt", attempt, "err", err, "retry_in", wait.String())
 		if err := e.wait(ctx, wait); err != nil {
+			if wrong != "" && !errors.Is(err, errEnvoyExited) {
+				return &misconfiguredError{text: wrong}
+			}
 			return err
 		}
 		backoff = min(2*backoff, lastBackoff)

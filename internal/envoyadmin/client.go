@@ -174,6 +174,19 @@ func (c *Client) ServerState(ctx context.Context) (ServerState, error) {
 	return st, err
 }
 
+// ServerBootstrap reads the answering Envoy's -c and --config-yaml from /server_info (ParseServerBootstrap).
+func (c *Client) ServerBootstrap(ctx context.Context) (path, inline string, err error) {
+	body, err := c.do(ctx, http.MethodGet, "/server_info", "")
+	if err != nil {
+		return "", "", err
+	}
+	path, inline, err = ParseServerBootstrap(strings.NewReader(body))
+	if err != nil {
+		c.report("/server_info", "error")
+	}
+	return path, inline, err
+}
+
 func (c *Client) report(endpoint, result string) {
 	if c.observe != nil {
 		c.observe(endpoint, result)

@@ -168,3 +168,22 @@ func ParseServerState(r io.Reader) (ServerState, error) {
 	}
 	return ServerState(*doc.State), nil
 }
+
+// ParseServerBootstrap reads where the answering Envoy got its bootstrap, from GET /server_info's
+// command_line_options: config_path (-c) and config_yaml, as given on its command line (the same 1.36 and
+// 1.40). Compared with BootstrapSource of a process's argv, it says whether that process owns this admin API.
+func ParseServerBootstrap(r io.Reader) (path, inline string, err error) {
+	var doc struct {
+		Options *struct {
+			ConfigPath string `json:"config_path"`
+			ConfigYAML string `json:"config_yaml"`
+		} `json:"command_line_options"`
+	}
+	if err := json.NewDecoder(r).Decode(&doc); err != nil {
+		return "", "", fmt.Errorf("decoding server_info: %w", err)
+	}
+	if doc.Options == nil {
+		return "", "", fmt.Errorf("decoding server_info: no \"command_line_options\" field")
+	}
+	return doc.Options.ConfigPath, doc.Options.ConfigYAML, nil
+}

@@ -1,6 +1,7 @@
 package envoyadmin
 
 import (
+	"bytes"
 	"os"
 	"reflect"
 	"strings"
@@ -139,6 +140,37 @@ func FuzzParseServerState(f *testing.F) {
 		st, err := ParseServerState(strings.NewReader(in))
 		if err == nil && st == "" {
 			t.Fatal("empty state without error")
+		}
+	})
+}
+
+// The command_line_options of /server_info, as Envoy 1.36.2 and 1.40.0 answer them (captured: both give
+// config_path and config_yaml as given on the command line).
+func TestParseServerBootstrap(t *testing.T) {
+	tests := []struct {
+		body, path, inline string
+		err                bool
+	}{
+		{`{"state":"LIVE","command_line_options":{"config_path":"/tmp/ev-min.yaml","config_yaml":"","base_id":"0","restart_epoch":0}}`, "/tmp/ev-min.yaml", "", false},
+		{`{"command_line_options":{"config_path":"","config_yaml":"admin: {}"}}`, "", "admin: {}", false},
+		{`{"state":"LIVE"}`, "", "", true},
+		{`not json`, "", "", true},
+	}
+	for _, tt := range tests {
+		path, inline, err := ParseServerBootstrap(strings.NewReader(tt.body))
+		if path != tt.path || inline != tt.inline || (err != nil) != tt.err {
+			t.Errorf("ParseServerBootstrap(%s) = %q, %q, %v; want %q, %q, error %v", tt.body, path, inline, err, tt.path, tt.inline, tt.err)
+		}
+	}
+}
+
+func FuzzParseServerBootstrap(f *testing.F) {
+	f.Add([]byte(`{"command_line_options":{"config_path":"/a","config_yaml":"b"}}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		path, inline, err := ParseServerBootstrap(bytes.NewReader(b))
+		if err != nil && (path != "" || inline != "") {
+			t.Fatalf("an error with values %q, %q", path, inline)
 		}
 	})
 }

@@ -33,11 +33,22 @@ var envoyName = regexp.MustCompile(`^envoy([-.][0-9A-Za-z.\-_]*)?$`)
 // Find returns Envoy's process under procRoot (normally "/proc"): a process whose name (comm) or argv[0]'s
 // base name is envoy. With several, PID 1 wins (Envoy as the container's main process), else the lowest PID
 // (the oldest; a hot restart's second Envoy comes after). Processes that vanish while being read are
-// skipped; a /proc that cannot be listed is an error.
+// skipped, and so are zombies (exited, not yet reaped: /proc/PID/stat state Z or X), which are no running
+// Envoy; a /proc that cannot be listed is an error.
 func Find(procRoot string) (Process, error) {
+	found, err := All(procRoot)
+	if err != nil {
+		return Process{}, err
+	}
+	return found[0], nil
+}
+
+// All returns every live Envoy process under procRoot, in Find's order (PID 1 first, then by PID); ErrNotFound
+// when there is none. A hot restart shows two; a host's /proc shows every container's.
+func All(procRoot string) ([]Process, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
-		return Process{}, fmt.Errorf("listing processes: %w", err)
+		return nil, fmt.Errorf("listing processes: %w", err)
 	}
 	self := os.Getpid()
 	var found []Process
@@ -53,10 +64,13 @@ func Find(procRoot string) (Process, error) {
 		if !IsEnvoy(string(bytes.TrimSpace(comm)), args) {
 			continue
 		}
+		if stat, err := os.ReadFile(filepath.Join(dir, "stat")); err == nil && exited(stat) {
+			continue
+		}
 		found = append(found, Process{PID: pid, Args: args, proc: procRoot})
 	}
 	if len(found) == 0 {
-		return Process{}, ErrNotFound
+		return nil, ErrNotFound
 	}
 	slices.SortFunc(found, func(a, b Process) int {
 		switch {
@@ -67,7 +81,7 @@ func Find(procRoot string) (Process, error) {
 		}
 		return a.PID - b.PID
 	})
-	return found[0], nil
+	return found, nil
 }
 
 // IsEnvoy reports whether a process with this comm and argv is Envoy. It is pure.
@@ -76,6 +90,17 @@ func IsEnvoy(comm string, args []string) bool {
 		return true
 	}
 	return len(args) > 0 && envoyName.MatchString(path.Base(args[0]))
+}
+
+// exited reports whether /proc/PID/stat ("12 (envoy) Z 1 …") says the process has exited: state Z (a zombie)
+// or X (dead). The state follows the last ')', since the name in parentheses may hold anything.
+func exited(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return false
+	}
+	f := bytes.Fields(stat[i+1:])
+	return len(f) > 0 && (string(f[0]) == "Z" || string(f[0]) == "X")
 }
 
 // splitCmdline splits /proc/PID/cmdline (NUL-separated, NUL-terminated) into argv.

@@ -77,6 +77,32 @@ func TestFind(t *testing.T) {
 	}
 }
 
+// A zombie Envoy (exited, its parent not yet reaping it) is no running Envoy: the drain's evidence that
+// Envoy is gone must not be spoiled by it (internal/agent's hook witness).
+func TestFindSkipsZombies(t *testing.T) {
+	root := fakeProc(t, map[int][]string{1: {"/pause"}, 7: {"envoy", "-c", "a"}, 9: {"envoy", "-c", "b"}})
+	os.WriteFile(filepath.Join(root, "7", "stat"), []byte("7 (envoy) Z 1 7 7 0 -1"), 0o644)
+	os.WriteFile(filepath.Join(root, "9", "stat"), []byte("9 (envoy) S 1 9 9 0 -1"), 0o644)
+	if p, err := Find(root); err != nil || p.PID != 9 {
+		t.Fatalf("Find = %+v, %v; want pid 9 (7 is a zombie)", p, err)
+	}
+	os.WriteFile(filepath.Join(root, "9", "stat"), []byte("9 (en) Z) X 1 9 9 0 -1"), 0o644)
+	if p, err := Find(root); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Find = %+v, %v; want ErrNotFound (both exited)", p, err)
+	}
+}
+
+func TestExited(t *testing.T) {
+	for stat, want := range map[string]bool{
+		"12 (envoy) Z 1": true, "12 (envoy) X 1": true, "12 (envoy) S 1": false, "12 (envoy) R 1": false,
+		"12 (a) Z) S 1": false, "12 (a) S) Z 1": true, "": false, "12 (envoy)": false,
+	} {
+		if got := exited([]byte(stat)); got != want {
+			t.Errorf("exited(%q) = %v, want %v", stat, got, want)
+		}
+	}
+}
+
 func FuzzSplitCmdline(f *testing.F) {
 	f.Add([]byte("envoy\x00-c\x00/etc/envoy.yaml\x00"))
 	f.Add([]byte(""))

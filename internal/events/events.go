@@ -1,6 +1,7 @@
 // Package events records Kubernetes Events about a drain on the manager's own Pod: DrainStarted when a drain
-// begins, and one of Drained, DrainTimedOut, EnvoyGone, DrainFailed or DrainCanceled when it releases, so
-// that `kubectl events --for pod/NAME` tells how a pod's termination went.
+// begins, AdminMisconfigured as soon as it finds Envoy's admin address wrong, and one of Drained,
+// DrainTimedOut, EnvoyGone, DrainFailed, DrainCanceled or AdminMisconfigured when it releases, so that
+// `kubectl events --for pod/NAME` tells how a pod's termination went.
 //
 // Watch follows a drain engine and turns what it publishes (the start of a drain, its result and the last
 // counts) into Events; it never touches the engine's state. Client sends them to the API server off the
@@ -18,7 +19,8 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 )
 
-// Reasons of the Events, one per kind of news. A drain records DrainStarted, then exactly one of the others.
+// Reasons of the Events, one per kind of news. A drain records DrainStarted, then AdminMisconfigured at most
+// once while it holds (the configuration error found), then exactly one of the others at its release.
 const (
 	ReasonDrainStarted  = "DrainStarted"
 	ReasonDrained       = "Drained"       // the work in flight fell to the threshold (outcome drained)
@@ -26,6 +28,9 @@ const (
 	ReasonEnvoyGone     = "EnvoyGone"     // Envoy exited, or was not running (outcome envoy_gone)
 	ReasonDrainFailed   = "DrainFailed"   // Envoy could not be asked to drain (outcome error)
 	ReasonDrainCanceled = "DrainCanceled" // the manager was stopped first (outcome canceled)
+	// ReasonAdminMisconfigured: Envoy's admin address refused while Envoy ran (or was never reached): when
+	// found, the drain holding, and at the release (outcome misconfigured).
+	ReasonAdminMisconfigured = "AdminMisconfigured"
 )
 
 // Types of an Event, as the API has them.
@@ -95,8 +100,17 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 		return Event{Type: TypeWarning, Reason: ReasonEnvoyGone, Note: Note(r.Reason)}
 	case drain.OutcomeCanceled:
 		return Event{Type: TypeWarning, Reason: ReasonDrainCanceled, Note: Note(r.Reason)}
+	case drain.OutcomeMisconfigured:
+		return Event{Type: TypeWarning, Reason: ReasonAdminMisconfigured, Note: Note(r.Reason)}
 	}
 	return Event{Type: TypeWarning, Reason: ReasonDrainFailed, Note: Note(r.Reason)}
+}
+
+// Misconfigured is the Event of a drain that has just found Envoy's admin address wrong and holds to its
+// deadline; st is the engine's Status (its Misconfigured says why).
+func Misconfigured(st drain.Status) Event {
+	return Event{Type: TypeWarning, Reason: ReasonAdminMisconfigured,
+		Note: Note(st.Misconfigured + "; holding the drain until the address answers or the deadline")}
 }
 
 // inFlight lists what the last poll counted, group by group ("listener.0.0.0.0_8080 + http.ingress: 2
@@ -177,8 +191,9 @@ type Engine interface {
 	Status() drain.Status
 }
 
-// Watch records DrainStarted for every drain the engine starts and the Event of its result when it
-// releases, in that order, until ctx is done. A drain that started before Watch began (but after the engine
+// Watch records DrainStarted for every drain the engine starts, AdminMisconfigured if the drain finds Envoy's
+// admin address wrong before it releases, and the Event of its result when it releases, in that order,
+// until ctx is done. A drain that started before Watch began (but after the engine
 // was created) is recorded too. A drain running when ctx ends is followed to its release first (the engine
 // releases every drain within its timeout, and at once when the engine is stopped), so that a front end
 // that stops the engine, then ctx, then the Client, records the drain's last Event. timeout is the drain
@@ -190,7 +205,12 @@ func Watch(ctx context.Context, e Engine, rec Recorder, timeout time.Duration) {
 		if d != nil && d != seen {
 			seen = d
 			rec.Record(Started(d, timeout))
-			<-d.Done()
+			select {
+			case <-d.Done():
+			case <-d.Misconfigured():
+				rec.Record(Misconfigured(e.Status()))
+				<-d.Done()
+			}
 			rec.Record(Finished(d, e.Status()))
 			continue
 		}

@@ -94,16 +94,22 @@ func TestWatch(t *testing.T) {
 		inflight int64
 		fail     error
 		cancel   bool // stop the engine during the drain
+		witness  drain.Verdict
 		want     []string
 		wantType string
-		wantNote []string // substrings of the second Event's note
+		wantNote []string // substrings of the notes of the Events after DrainStarted
 	}{
 		{name: "drained", want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
 			wantNote: []string{"drained in 5s, 0 in flight left"}},
 		{name: "timed out", inflight: 2, want: []string{ReasonDrainStarted, ReasonDrainTimedOut}, wantType: "Warning",
 			wantNote: []string{"deadline 20s reached with 2 in flight", "still in flight: listener.0.0.0.0_8080 + http.ingress: 2 requests"}},
 		{name: "envoy gone", fail: fmt.Errorf("POST /healthcheck/fail: %w: connection refused", envoyadmin.ErrUnreachable),
-			want: []string{ReasonDrainStarted, ReasonEnvoyGone}, wantType: "Warning", wantNote: []string{"envoy is not running"}},
+			witness: drain.VerdictGone,
+			want:    []string{ReasonDrainStarted, ReasonEnvoyGone}, wantType: "Warning", wantNote: []string{"envoy is not running", "no envoy process"}},
+		{name: "misconfigured", fail: fmt.Errorf("POST /healthcheck/fail: %w: connection refused", envoyadmin.ErrUnreachable),
+			witness: drain.VerdictMisconfigured,
+			want:    []string{ReasonDrainStarted, ReasonAdminMisconfigured, ReasonAdminMisconfigured}, wantType: "Warning",
+			wantNote: []string{"configuration error", "but envoy pid 12 is running"}},
 		{name: "failed", fail: errors.New("POST /healthcheck/fail: status 500"),
 			want: []string{ReasonDrainStarted, ReasonDrainFailed}, wantType: "Warning", wantNote: []string{"could not fail envoy's health checks", "status 500"}},
 		{name: "canceled", inflight: 1, cancel: true, want: []string{ReasonDrainStarted, ReasonDrainCanceled}, wantType: "Warning",
@@ -114,6 +120,16 @@ func TestWatch(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := drain.Config{MinDuration: 5 * time.Second, Timeout: 20 * time.Second, Interval: 250 * time.Millisecond,
 					Mode: drain.ModeInflight, ListenerDrain: drain.ListenerDrainNone}
+				switch tt.witness {
+				case drain.VerdictGone:
+					cfg.Witness = drain.WitnessFunc(func(context.Context) drain.Evidence {
+						return drain.Evidence{Verdict: drain.VerdictGone, Text: "no envoy process is running here"}
+					})
+				case drain.VerdictMisconfigured:
+					cfg.Witness = drain.WitnessFunc(func(context.Context) drain.Evidence {
+						return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: "envoy pid 12 is running"}
+					})
+				}
 				e, err := drain.New(cfg, &admin{inflight: tt.inflight, fail: tt.fail}, discard(), nil)
 				if err != nil {
 					t.Fatal(err)
@@ -151,12 +167,14 @@ func TestWatch(t *testing.T) {
 				if n := got[0].Note; got[0].Type != "Normal" || n != "drain started by signal SIGTERM; releases within 20s at the latest" {
 					t.Errorf("DrainStarted = %s %q", got[0].Type, n)
 				}
-				if got[1].Type != tt.wantType {
-					t.Errorf("%s type = %s, want %s", got[1].Reason, got[1].Type, tt.wantType)
-				}
-				for _, s := range tt.wantNote {
-					if !strings.Contains(got[1].Note, s) {
-						t.Errorf("%s note %q does not say %q", got[1].Reason, got[1].Note, s)
+				for _, ev := range got[1:] {
+					if ev.Type != tt.wantType {
+						t.Errorf("%s type = %s, want %s", ev.Reason, ev.Type, tt.wantType)
+					}
+					for _, s := range tt.wantNote {
+						if !strings.Contains(ev.Note, s) {
+							t.Errorf("%s note %q does not say %q", ev.Reason, ev.Note, s)
+						}
 					}
 				}
 			})

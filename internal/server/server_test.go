@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -503,4 +504,41 @@ func TestLimitListener(t *testing.T) {
 	ln.Close()
 	for range accepted {
 	}
+}
+
+// A drain that ends misconfigured (the admin address refused while Envoy ran) is no success: 503, with its
+// outcome in the header and the /status, and the evidence in the answer.
+func TestShutdownAnswers503WhenMisconfigured(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	cfg := drain.Config{Timeout: 500 * time.Millisecond, Interval: 20 * time.Millisecond, GoneAfter: 50 * time.Millisecond,
+		Mode: drain.ModeInflight, ListenerDrain: drain.ListenerDrainNone,
+		Witness: drain.WitnessFunc(func(context.Context) drain.Evidence {
+			return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: "envoy pid 12 is running"}
+		})}
+	refused := refusingAdmin{}
+	e, err := drain.New(cfg, refused, log, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); e.Run(ctx) }()
+	srv := httptest.NewServer(New(e, Options{Log: log}))
+	t.Cleanup(func() { cancel(); <-done; srv.Close() })
+
+	code, body, h := do(t, http.MethodPost, srv.URL+"/shutdown", nil)
+	if code != http.StatusServiceUnavailable || h.Get(OutcomeHeader) != "misconfigured" ||
+		!strings.HasPrefix(body, "misconfigured: ") || !strings.Contains(body, "envoy pid 12 is running") {
+		t.Errorf("/shutdown = %d %q (%s %q), want 503 misconfigured with the evidence", code, body, OutcomeHeader, h.Get(OutcomeHeader))
+	}
+	if _, body := get(t, srv.URL+"/status"); !strings.Contains(body, `"outcome": "misconfigured"`) || !strings.Contains(body, `"misconfigured": "configuration error`) {
+		t.Errorf("/status = %s, want outcome misconfigured and why", body)
+	}
+}
+
+// refusingAdmin is an admin address nothing listens at.
+type refusingAdmin struct{ stuckAdmin }
+
+func (refusingAdmin) HealthcheckFail(context.Context) error {
+	return fmt.Errorf("POST /healthcheck/fail: %w: connection refused", envoyadmin.ErrUnreachable)
 }

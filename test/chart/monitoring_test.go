@@ -311,7 +311,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 // TestPromQLCheck: the expression check refuses what Prometheus would, for the mistakes a hand-written rule makes.
 func TestPromQLCheck(t *testing.T) {
 	good := []string{
-		`sum by (namespace, pod, outcome) (increase(shutdown_manager_drains_total{outcome=~"timeout|error"}[15m])) > 0`,
+		`sum by (namespace, pod, outcome) (increase(shutdown_manager_drains_total{outcome=~"timeout|error|misconfigured"}[15m])) > 0`,
 		`histogram_quantile(0.99, sum by (le) (rate(x_bucket[$__rate_interval])))`,
 		`min by (namespace, pod) (x) - time() < 1209600`,
 		`sum(rate(x[5m])) without (pod) > bool 0 or vector(0)`,

@@ -124,7 +124,7 @@ func TestObservabilityPage(t *testing.T) {
 		t.Fatalf("%s: want one group of one rule", lokiFile)
 	}
 	expr := loki.Groups[0].Rules[0].Expr
-	for _, want := range []string{`|= "drain finished"`, `| json`, `outcome=~"` + string(drain.OutcomeTimeout) + `|` + string(drain.OutcomeError) + `"`} {
+	for _, want := range []string{`|= "drain finished"`, `| json`, `outcome=~"` + string(drain.OutcomeTimeout) + `|` + string(drain.OutcomeError) + `|` + string(drain.OutcomeMisconfigured) + `"`} {
 		if !strings.Contains(expr, want) {
 			t.Errorf("%s: the expression does not have %s", lokiFile, want)
 		}
@@ -132,7 +132,7 @@ func TestObservabilityPage(t *testing.T) {
 
 	// The names of the code.
 	for _, want := range []string{podenv.Name, podenv.Namespace, podenv.UID, events.ReasonDrainStarted, events.ReasonDrained,
-		events.ReasonDrainTimedOut, events.ReasonEnvoyGone, events.ReasonDrainFailed, events.ReasonDrainCanceled,
+		events.ReasonDrainTimedOut, events.ReasonEnvoyGone, events.ReasonDrainFailed, events.ReasonDrainCanceled, events.ReasonAdminMisconfigured,
 		webhook.ReasonNotInjected, "namespaces.shutdown-manager.io", "pods.shutdown-manager.io"} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the page does not name %s", want)

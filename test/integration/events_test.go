@@ -158,11 +158,37 @@ func TestEventsOfTheHook(t *testing.T) {
 			}
 		})
 
+		// A wrong admin port while this Envoy runs, in the hook's view: AdminMisconfigured at once, while the
+		// drain holds, and again at its release; exit 3.
+		t.Run("misconfigured", func(t *testing.T) {
+			pod := podName("misconf", bin)
+			createPod(t, api, pod)
+			p := startEnv(t, podEnv(pod), "drain", "--admin-address", "http://"+closedPort(t), "--kubeconfig", api.Kubeconfig,
+				"--min-drain-duration", "1s", "--quiet-period", "0s", "--drain-timeout", "3s")
+			if code := p.wait(t, 30*time.Second); code != 3 {
+				t.Fatalf("exit code %d, want 3 (misconfigured)", code)
+			}
+			evs := podEvents(t, api, pod)
+			if got, want := reasons(evs), "Normal DrainStarted, Warning AdminMisconfigured, Warning AdminMisconfigured"; got != want {
+				t.Fatalf("events: %s, want %s", got, want)
+			}
+			if m := evs[1].Message; !strings.Contains(m, "configuration error") || !strings.Contains(m, "holding the drain") {
+				t.Errorf("first AdminMisconfigured message %q", m)
+			}
+			if m := evs[2].Message; !strings.Contains(m, "deadline 3s reached") || !strings.Contains(m, "is running") {
+				t.Errorf("last AdminMisconfigured message %q", m)
+			}
+		})
+
 		t.Run("envoy gone", func(t *testing.T) {
 			pod := podName("gone", bin)
 			createPod(t, api, pod)
 			stopEnvoy(t, e)
-			p := startEnv(t, podEnv(pod), append([]string{"drain", "--admin-address", e.AdminURL, "--kubeconfig", api.Kubeconfig}, fast()...)...)
+			// In a PID namespace of its own, as in Envoy's container once Envoy has gone: no Envoy process is
+			// the hook's evidence that Envoy is gone (this host's /proc may show other tests' Envoys).
+			requireRoot(t)
+			p := startIn(t, podEnv(pod), []string{"unshare", "--pid", "--fork", "--mount-proc", "--kill-child"},
+				append([]string{"drain", "--admin-address", e.AdminURL, "--kubeconfig", api.Kubeconfig}, fast()...)...)
 			if code := p.wait(t, 30*time.Second); code != 0 {
 				t.Fatalf("exit code %d, want 0 (envoy gone)", code)
 			}

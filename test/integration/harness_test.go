@@ -128,7 +128,17 @@ func start(t *testing.T, args ...string) *proc {
 // startEnv is start with env ("NAME=value") added to the test's environment.
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(smBin, args...), newLine: make(chan struct{}), exited: make(chan struct{})}
+	return startIn(t, env, nil, args...)
+}
+
+// startIn is startEnv run by wrapper (such as unshare; it must kill shutdown-manager when killed itself).
+func startIn(t *testing.T, env, wrapper []string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(smBin, args...)
+	if len(wrapper) > 0 {
+		cmd = exec.Command(wrapper[0], append(append(wrapper[1:len(wrapper):len(wrapper)], smBin), args...)...)
+	}
+	p := &proc{cmd: cmd, newLine: make(chan struct{}), exited: make(chan struct{})}
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)
 	}

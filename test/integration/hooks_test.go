@@ -16,29 +16,6 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
-// Nothing listens at the admin address (a crashed Envoy): `drain` releases as envoy_gone with exit 0 within
-// about the gone window, with the evidence, instead of holding the pod's termination for its timeout.
-func TestNoEnvoyMeansEnvoyGoneAtOnce(t *testing.T) {
-	for name, admin := range map[string]string{
-		"tcp refused":    "http://" + closedPort(t),
-		"socket missing": "unix://" + filepath.Join(t.TempDir(), "admin.sock"),
-	} {
-		t.Run(name, func(t *testing.T) {
-			p := start(t, "drain", "--admin-address", admin, "--min-drain-duration", "1s", "--quiet-period", "0s", "--drain-timeout", "60s")
-			f := p.finished(t, 20*time.Second)
-			if code := p.wait(t, 5*time.Second); code != 0 {
-				t.Errorf("exit code %d, want 0", code)
-			}
-			if f.Outcome != "envoy_gone" || f.Duration >= 30*time.Second {
-				t.Errorf("outcome %q after %s; want envoy_gone long before the 60s deadline", f.Outcome, f.Duration)
-			}
-			if !strings.Contains(f.Reason, "refused every connection") {
-				t.Errorf("reason %q gives no evidence", f.Reason)
-			}
-		})
-	}
-}
-
 // A hung admin API (accepts, never answers) is not a gone Envoy: the drain keeps its deadline and ends error.
 func TestHungAdminIsNotEnvoyGone(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

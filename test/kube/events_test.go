@@ -281,7 +281,8 @@ func waitEvents(t *testing.T, api *kubetest.APIServer, pod string, n int) {
 // service account: KUBERNETES_SERVICE_HOST and _PORT name the API server, and the token and CA are read from
 // /var/run/secrets/kubernetes.io/serviceaccount, mounted there (in a mount namespace of the test's own, as
 // the kubelet would in a pod) from a directory holding a token of the deploy's ServiceAccount envoy and the
-// API server's CA. No Envoy runs: the drain ends EnvoyGone, which is an Event too.
+// API server's CA. No Envoy runs (a PID namespace of its own shows no Envoy process, the hook's evidence that
+// Envoy is gone): the drain ends EnvoyGone, which is an Event too.
 func TestEventsInCluster(t *testing.T) {
 	if os.Geteuid() != 0 || lookPath("unshare") != nil || lookPath("mount") != nil {
 		if os.Getenv("CI") == "true" {
@@ -316,7 +317,7 @@ func TestEventsInCluster(t *testing.T) {
 mount --bind "$0" /var/run/secrets/kubernetes.io/serviceaccount && exec "$@"`
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mountSA, sa,
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--mount-proc", "--kill-child", "--", "sh", "-c", mountSA, sa,
 		bin, "drain", "--admin-address", admin, "--min-drain-duration", "1s", "--drain-timeout", "30s", "--log-level", "debug")
 	cmd.Env = []string{"KUBERNETES_SERVICE_HOST=" + host, "KUBERNETES_SERVICE_PORT=" + port,
 		podenv.Name + "=hooked", podenv.Namespace + "=" + eventsNS, podenv.UID + "=" + uid, "PATH=" + os.Getenv("PATH")}
