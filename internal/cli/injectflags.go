@@ -123,9 +123,9 @@ func drainSettingUsage(d inject.DrainSetting) string {
 }
 
 // warnUnpullable warns on stderr when image names no registry and no repository of its own (a single name,
-// such as shutdown-manager:dev, the name make image gives a development build): a node would pull it from docker.io/library/, Docker Hub's
-// official images, where no shutdown-manager is published, so pods run only where the image was loaded into
-// the nodes by hand. A warning, not an error: a local cluster with the image imported (make e2e does so) is a
+// such as shutdown-manager:dev, make image's name for a development build): a node would pull it from
+// docker.io/library/, Docker Hub's official images, where no shutdown-manager is published, so pods run only
+// where the image was loaded into the nodes by hand. A warning, not an error: a local cluster with the image imported (make e2e does so) is a
 // real use.
 func warnUnpullable(stderr io.Writer, command, image string) {
 	name, _, _ := strings.Cut(image, "@")
