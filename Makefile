@@ -1,8 +1,10 @@
 # The two commands a newcomer needs: `make demo` and `make test`. Everything installs itself.
 GO      ?= go
-# A tagged commit builds its tag (v0.1.0); every other build is dev. So make build, make image, inject's default
-# image, deploy/ and the chart (appVersion) all name the same image, shutdown-manager:dev; the commit, stamped
-# beside the version (`shutdown-manager version`) and in the image's revision label, tells dev builds apart.
+# A tagged commit builds its tag (v0.1.0), whose inject, webhook and policy default to the image the release
+# workflow publishes, ghcr.io/envoy-shutdown-manager/shutdown-manager:v0.1.0. Every other build is dev: make image
+# names it shutdown-manager:dev (deploy/ names that with --image), and its inject, webhook and policy have no default
+# image (they ask for --image). The commit, stamped beside the version (`shutdown-manager version`) and in the
+# image's revision label, tells dev builds apart.
 VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION) -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=$(COMMIT)

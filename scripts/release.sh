@@ -4,7 +4,8 @@
 #
 #   shutdown-manager-linux-{amd64,arm64}        the static binaries, version and commit stamped
 #   image-oci/                                  the multi-arch image (OCI layout, an index of both arches)
-#   image-linux-{amd64,arm64}.tar               the same images as docker archives (docker load, ctr images import)
+#   image-linux-{amd64,arm64}.tar               the same images as docker archives (docker load, ctr images import),
+#                                               named ghcr.io/envoy-shutdown-manager/shutdown-manager:vX.Y.Z
 #   shutdown-manager-X.Y.Z.tgz                  the Helm chart, version X.Y.Z, appVersion vX.Y.Z (the image's tag)
 #   shutdown-manager-vX.Y.Z.spdx.json           the SPDX 2.3 SBOM of the binaries (internal/release)
 #   SHA256SUMS                                  every file above (sha256sum -c SHA256SUMS)
@@ -38,7 +39,10 @@ main() {
 
   rm -rf "$dist"
   mkdir -p "$dist"
-  go run ./internal/image/build -out "$dist" -release -version "$version" -revision "$revision" -created "$SOURCE_DATE_EPOCH"
+  # The images are named as the release workflow publishes them, the name the release's binary and chart default
+  # to, so that an archive imported into a node without a registry (ctr images import) is the default image.
+  go run ./internal/image/build -out "$dist" -release -version "$version" -revision "$revision" -created "$SOURCE_DATE_EPOCH" \
+    -name "ghcr.io/envoy-shutdown-manager/shutdown-manager:$version"
 
   # The chart: Helm writes each file's modification time into the package, so package a copy whose times are
   # SOURCE_DATE_EPOCH. helm package sets version (SemVer without the v, as Helm repositories list it) and

@@ -28,8 +28,8 @@ const (
 
 // Version and Commit are set at build time with -ldflags "-X .../internal/cli.Version=… -X .../internal/cli.Commit=…"
 // (the Makefile, internal/image and the Dockerfile stamp both). Version is the commit's tag (v0.1.0) or "dev" for
-// every untagged build: the default image inject writes is shutdown-manager:VERSION, and dev is the one name
-// deploy/ and the chart use between releases. Commit tells untagged builds apart (version.go).
+// every untagged build: a release's inject, webhook and policy default to the image the release workflow publishes
+// for it (DefaultImage); a dev build has no default image. Commit tells untagged builds apart (version.go).
 var (
 	Version = "dev"
 	Commit  = ""

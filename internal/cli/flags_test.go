@@ -36,7 +36,7 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"webhook"}, "--tls-cert-file"},
 		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--listen", "unix:///x.sock"}, "--listen"},
 		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--health-listen", "8081"}, "--health-listen"},
-		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--mode", "daemon"}, "mode"},
+		{[]string{"webhook", "--tls-cert-file", "c", "--tls-key-file", "k", "--image", "r.example/sm:v1", "--mode", "daemon"}, "mode"},
 		{[]string{"inject", "--image", "x"}, "-f"},
 		{[]string{"nope"}, "unknown command"},
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -100,6 +101,9 @@ func runWithStdin(t *testing.T, data []byte, args ...string) []byte {
 }
 
 func TestInjectErrors(t *testing.T) {
+	old := Version
+	Version = "v1.0.0" // a release: its default image (a development build refuses without --image: TestDefaultImage)
+	t.Cleanup(func() { Version = old })
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: nginx}\n"), 0o644); err != nil {
@@ -211,6 +215,9 @@ func TestDeployExamples(t *testing.T) {
 // TestInjectSkipsWorkloadsWithoutEnvoy: in a stream, a workload without Envoy passes through byte for byte
 // with a note naming it, while the Envoy workload is injected.
 func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
+	old := Version
+	Version = "v1.0.0" // a release: its default image (a development build refuses without --image: TestDefaultImage)
+	t.Cleanup(func() { Version = old })
 	echo, err := os.ReadFile(filepath.Join("..", "..", "deploy", "common", "echo.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -304,15 +311,65 @@ func TestInjectWarnsBeforeSwitchingModes(t *testing.T) {
 	}
 }
 
-// TestOneDefaultImage: an untagged build names one image everywhere: the Makefile's VERSION and the image
-// builder's default version are dev, the builder names the image shutdown-manager:VERSION, inject's default
-// --image is shutdown-manager:VERSION, every image of ours in deploy/ is that, and so is the chart's
-// image.repository with its appVersion.
-func TestOneDefaultImage(t *testing.T) {
+// TestDefaultImage: a release build (Version set by -ldflags to the tag) of inject, webhook and policy defaults
+// to the image the release workflow publishes for that tag; a development build has no default and refuses with
+// one line (exit 2) when --image is not given, so nothing defaults to an image no registry serves.
+func TestDefaultImage(t *testing.T) {
 	old := Version
-	Version = "dev"
 	t.Cleanup(func() { Version = old })
-	const want = "shutdown-manager:dev"
+	plain := filepath.Join("..", "..", "deploy", "plain", "envoy.yaml")
+	for _, v := range []string{"v0.1.0", "v0.2.0-rc.1"} {
+		Version = v
+		want := "ghcr.io/envoy-shutdown-manager/shutdown-manager:" + v
+		var help bytes.Buffer
+		Run(context.Background(), []string{"inject", "-h"}, nil, &help, &bytes.Buffer{})
+		if !strings.Contains(help.String(), `(default "`+want+`")`) {
+			t.Errorf("version %s: inject's --image default is not %s:\n%s", v, want, help.String())
+		}
+		for _, args := range [][]string{{"inject", "-f", plain}, {"policy"}} {
+			var stdout, stderr bytes.Buffer
+			if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK || stderr.Len() != 0 {
+				t.Errorf("version %s: %v: exit %d, stderr %q; want 0 and nothing on stderr", v, args, code, stderr.String())
+			}
+			images := regexp.MustCompile(`\bimage[:="\\ ]+([^\s",\\]*shutdown-manager[^\s",\\]*)`).FindAllStringSubmatch(stdout.String(), -1)
+			if len(images) == 0 {
+				t.Errorf("version %s: %v names no image of ours", v, args)
+			}
+			for _, m := range images {
+				if m[1] != want {
+					t.Errorf("version %s: %v names the image %s, want %s", v, args, m[1], want)
+				}
+			}
+		}
+	}
+
+	const refusal = "this is a development build (%s): give --image=REGISTRY/NAME:TAG; releases default to ghcr.io/envoy-shutdown-manager/shutdown-manager:vX.Y.Z"
+	for _, v := range []string{"dev", "v0.1.0-3-gabcdef0+dirty", "0.1.0"} {
+		Version = v
+		for _, args := range [][]string{
+			{"inject", "-f", plain},
+			{"policy"},
+			{"webhook", "--tls-cert-file=c", "--tls-key-file=k"},
+		} {
+			var stdout, stderr bytes.Buffer
+			code := Run(context.Background(), args, nil, &stdout, &stderr)
+			if want := fmt.Sprintf(refusal, v); code != ExitUsage || stdout.Len() != 0 ||
+				!strings.Contains(stderr.String(), want) || strings.Count(stderr.String(), "\n") != 1 {
+				t.Errorf("version %s: %v: exit %d, stdout %q, stderr %q; want exit %d, one line saying %q", v, args, code, stdout.String(), stderr.String(), ExitUsage, want)
+			}
+		}
+		var help bytes.Buffer
+		Run(context.Background(), []string{"inject", "-h"}, nil, &help, &bytes.Buffer{})
+		if regexp.MustCompile(`(?m)^\s+--image string\n.*\(default `).MatchString(help.String()) {
+			t.Errorf("version %s: inject's --image has a default:\n%s", v, help.String())
+		}
+	}
+}
+
+// TestReleaseImageName: the default image's repository is the one the release workflow pushes to (under the
+// module's GitHub owner) and the chart's image.repository; the chart in the repository has appVersion dev and no
+// tag or digest (its templates refuse to render so: test/chart), and make release sets the appVersion.
+func TestReleaseImageName(t *testing.T) {
 	root := filepath.Join("..", "..")
 	read := func(path string) string {
 		t.Helper()
@@ -322,34 +379,18 @@ func TestOneDefaultImage(t *testing.T) {
 		}
 		return string(data)
 	}
-	// --exact-match: `git describe --always` never fails, so its fallback would never be taken.
-	if m := regexp.MustCompile(`(?m)^VERSION \?= .*git describe --tags --exact-match .*\|\| echo (\S+)\)$`).FindStringSubmatch(read("Makefile")); m == nil || m[1] != "dev" {
-		t.Errorf("the Makefile's VERSION is not the commit's tag, else dev: %q", m)
+	owner := regexp.MustCompile(`(?m)^module github\.com/([^/]+)/`).FindStringSubmatch(read("go.mod"))
+	if owner == nil || ReleaseRepository != "ghcr.io/"+owner[1]+"/shutdown-manager" {
+		t.Errorf("ReleaseRepository %s is not ghcr.io/OWNER/shutdown-manager for the module's owner %q", ReleaseRepository, owner)
 	}
-	build := read("internal/image/build/main.go")
-	for _, s := range []string{`*version = "dev"`, `*imgName = "shutdown-manager:" + *version`} {
-		if !strings.Contains(build, s) {
-			t.Errorf("internal/image/build/main.go lacks %s", s)
+	wf := read(".github/workflows/release.yml")
+	for _, s := range []string{`owner=${GITHUB_REPOSITORY_OWNER,,}`, `IMAGE="ghcr.io/$owner/shutdown-manager:$VERSION"`, "VERSION: ${{ github.ref_name }}"} {
+		if !strings.Contains(wf, s) {
+			t.Errorf(".github/workflows/release.yml lacks %s: does it still push the image ReleaseRepository names?", s)
 		}
 	}
-	var help bytes.Buffer
-	Run(context.Background(), []string{"inject", "-h"}, nil, &help, &bytes.Buffer{})
-	if !strings.Contains(help.String(), `(default "`+want+`")`) {
-		t.Errorf("inject's --image default is not %s:\n%s", want, help.String())
-	}
-	files, _ := filepath.Glob(filepath.Join(root, "deploy", "*", "*.yaml"))
-	n := 0
-	for _, f := range files {
-		data, _ := os.ReadFile(f)
-		for _, m := range regexp.MustCompile(`\bimage[:="\\ ]+([^\s",\\]*shutdown-manager[^\s",\\]*)`).FindAllStringSubmatch(string(data), -1) {
-			n++
-			if m[1] != want {
-				t.Errorf("%s names the image %s, want %s", f, m[1], want)
-			}
-		}
-	}
-	if n == 0 {
-		t.Error("no image of ours found in deploy/")
+	if !strings.Contains(read("scripts/release.sh"), `--app-version "$version"`) {
+		t.Error("scripts/release.sh does not package the chart with appVersion = the release")
 	}
 	var chart struct {
 		AppVersion string `json:"appVersion"`
@@ -363,20 +404,35 @@ func TestOneDefaultImage(t *testing.T) {
 	if err := yaml.Unmarshal([]byte(read("charts/shutdown-manager/values.yaml")), &values); err != nil {
 		t.Fatal(err)
 	}
-	if got := values.Image.Repository + ":" + chart.AppVersion; got != want || values.Image.Tag != "" || values.Image.Digest != "" {
-		t.Errorf("the chart's default image is %s (tag %q, digest %q), want %s", got, values.Image.Tag, values.Image.Digest, want)
+	if values.Image.Repository != ReleaseRepository || values.Image.Tag != "" || values.Image.Digest != "" || chart.AppVersion != "dev" {
+		t.Errorf("the chart's image is %s (tag %q, digest %q, appVersion %s), want %s with no tag or digest and appVersion dev",
+			values.Image.Repository, values.Image.Tag, values.Image.Digest, chart.AppVersion, ReleaseRepository)
+	}
+	// deploy/ names its image explicitly (its headers' --image): the one make image builds untagged.
+	files, _ := filepath.Glob(filepath.Join(root, "deploy", "*", "*.yaml"))
+	n := 0
+	for _, f := range files {
+		data, _ := os.ReadFile(f)
+		for _, m := range regexp.MustCompile(`\bimage[:="\\ ]+([^\s",\\]*shutdown-manager[^\s",\\]*)`).FindAllStringSubmatch(string(data), -1) {
+			n++
+			if m[1] != deployImage {
+				t.Errorf("%s names the image %s, want %s", f, m[1], deployImage)
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no image of ours found in deploy/")
 	}
 }
 
-// TestInjectWarnsUnpullableImage: an image with no registry and no repository of its own (the default
-// shutdown-manager:dev) is a warning on stderr of inject and policy, not an error; a registry's image is not.
+// TestInjectWarnsUnpullableImage: an image with no registry and no repository of its own (shutdown-manager:dev,
+// make image's name for a development build) is a warning on stderr of inject and policy, not an error; a registry's image is not.
 func TestInjectWarnsUnpullableImage(t *testing.T) {
 	plain := filepath.Join("..", "..", "deploy", "plain", "envoy.yaml")
 	for _, tt := range []struct {
 		args []string
 		warn bool
 	}{
-		{[]string{"inject", "-f", plain}, true}, // the default image
 		{[]string{"inject", "--image=shutdown-manager:dev", "-f", plain}, true},
 		{[]string{"inject", "--image=shutdown-manager@sha256:" + strings.Repeat("ab", 32), "-f", plain}, true},
 		{[]string{"policy", "--image=shutdown-manager:dev"}, true},

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +33,7 @@ type injectFlags struct {
 }
 
 func (f *injectFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.image, "image", "shutdown-manager:"+Version, "the shutdown-manager image")
+	fs.StringVar(&f.image, "image", DefaultImage(), "the shutdown-manager image (a release defaults to "+ReleaseRepository+":VERSION, its own; a development build has no default)")
 	fs.StringVar(&f.pullPolicy, "image-pull-policy", "", "pull policy of the injected containers and image volume: Always, IfNotPresent, Never (default: Kubernetes' default)")
 	fs.StringVar(&f.mode, "mode", string(inject.DefaultMode), "hook (Envoy's preStop runs drain; nothing runs until then), sidecar (serve beside Envoy), agent (run wraps Envoy's command)")
 	fs.StringVar(&f.binaryFrom, "binary-from", string(inject.DefaultBinaryFrom), "how Envoy's container gets the binary: copy (an init container copies it into an emptyDir) or image-volume (Kubernetes >= 1.35, containerd >= 2)")
@@ -50,8 +51,31 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	}
 }
 
+// ReleaseRepository is where the release workflow (.github/workflows/release.yml) publishes the image, tagged
+// with the release (v0.1.0); the chart's values.yaml names the same repository.
+const ReleaseRepository = "ghcr.io/envoy-shutdown-manager/shutdown-manager"
+
+// releaseVersion is a version the release workflow publishes: SemVer with a leading v, pre-releases included
+// (the rule scripts/release.sh applies to VERSION).
+var releaseVersion = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
+
+// DefaultImage is the image inject, webhook and policy write when --image is not given: the one the release
+// workflow publishes for this build, ReleaseRepository:Version. A development build (Version dev, or anything
+// but a release's version) has none: no registry serves an image of an untagged commit, and a default that
+// cannot be pulled leaves pods uninjected (the webhook's failurePolicy Ignore) or failing, so it returns "" and
+// those commands ask for --image.
+func DefaultImage() string {
+	if !releaseVersion.MatchString(Version) {
+		return ""
+	}
+	return ReleaseRepository + ":" + Version
+}
+
 // config turns the flags that were set (fs says which) into an inject.Config.
 func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
+	if f.image == "" && !isFlagSet(fs, "image") {
+		return inject.Config{}, usagef("this is a development build (%s): give --image=REGISTRY/NAME:TAG; releases default to %s:vX.Y.Z", Version, ReleaseRepository)
+	}
 	if f.port < 0 || f.port > 65535 || f.metricsPort < 0 || f.metricsPort > 65535 {
 		return inject.Config{}, usagef("--port and --metrics-port must be ports")
 	}
@@ -99,9 +123,9 @@ func drainSettingUsage(d inject.DrainSetting) string {
 }
 
 // warnUnpullable warns on stderr when image names no registry and no repository of its own (a single name,
-// such as the default shutdown-manager:dev): a node would pull it from docker.io/library/, Docker Hub's
-// official images, where no shutdown-manager is published, so pods run only where the image was loaded into
-// the nodes by hand. A warning, not an error: a local cluster with the image imported (make e2e does so) is a
+// such as shutdown-manager:dev, make image's name for a development build): a node would pull it from
+// docker.io/library/, Docker Hub's official images, where no shutdown-manager is published, so pods run only
+// where the image was loaded into the nodes by hand. A warning, not an error: a local cluster with the image imported (make e2e does so) is a
 // real use.
 func warnUnpullable(stderr io.Writer, command, image string) {
 	name, _, _ := strings.Cut(image, "@")

@@ -16,10 +16,10 @@ func TestInjectOutputJSON(t *testing.T) {
 	for _, tt := range []struct{ file string }{{"hook.in.yaml"}, {"multi-document.in.yaml"}} {
 		in := filepath.Join("..", "inject", "testdata", tt.file)
 		var y, j bytes.Buffer
-		if code := Run(context.Background(), []string{"inject", "-f", in}, nil, &y, &bytes.Buffer{}); code != ExitOK {
+		if code := Run(context.Background(), []string{"inject", "--image=" + deployImage, "-f", in}, nil, &y, &bytes.Buffer{}); code != ExitOK {
 			t.Fatalf("%s: inject: exit %d", tt.file, code)
 		}
-		if code := Run(context.Background(), []string{"inject", "--filename", in, "--output", "json"}, nil, &j, &bytes.Buffer{}); code != ExitOK {
+		if code := Run(context.Background(), []string{"inject", "--image=" + deployImage, "--filename", in, "--output", "json"}, nil, &j, &bytes.Buffer{}); code != ExitOK {
 			t.Fatalf("%s: inject -o json: exit %d", tt.file, code)
 		}
 		var wantDocs []any

@@ -52,7 +52,7 @@ func TestPolicyUsage(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"policy", "--mode=daemon"}, `"daemon" is not one of hook, sidecar, agent`},
+		{[]string{"policy", "--image=" + deployImage, "--mode=daemon"}, `"daemon" is not one of hook, sidecar, agent`},
 		{[]string{"policy", "--image="}, "no image given"},
 		{[]string{"policy", "extra"}, `unexpected argument "extra"`},
 		{[]string{"policy", "-f", "x.yaml"}, "flag provided but not defined: -f"},

@@ -27,8 +27,12 @@ var update = flag.Bool("update", false, "rewrite testdata/golden/*.yaml and the 
 const (
 	// repoRoot is the repository root, seen from this package's directory (where go test runs it).
 	repoRoot = "../.."
-	// chartDir is the chart under test.
+	// chartDir is the chart under test, as it sits in the repository (appVersion dev). The tests render and install
+	// it as make release packages it (helm.chart, at releaseVersion); TestRepositoryChartNeedsImage renders it as is.
 	chartDir = repoRoot + "/charts/shutdown-manager"
+	// releaseVersion is the release the chart is packaged as for the tests: its appVersion, and so the tag of its
+	// default image.
+	releaseVersion = "v0.1.0"
 	// helmScript builds Helm and knows its cache directory.
 	helmScript = repoRoot + "/scripts/helm-binary.sh"
 	// envHelm names the environment variable that, when set, is the helm binary to run instead of the cached one.
@@ -44,6 +48,9 @@ const (
 type helm struct {
 	bin  string
 	home string
+	// chart is chartDir packaged as make release packages it (scripts/release.sh: version releaseVersion without
+	// the v, appVersion releaseVersion), so its image defaults to the one that release publishes.
+	chart string
 }
 
 // newHelm finds the helm binary: $HELM_BIN, else the cache of scripts/helm-binary.sh. Without it the test fails
@@ -57,7 +64,11 @@ func newHelm(tb testing.TB) *helm {
 		}
 		tb.Skipf("no helm: %v", err)
 	}
-	return &helm{bin: bin, home: tb.TempDir()}
+	h := &helm{bin: bin, home: tb.TempDir()}
+	dist := tb.TempDir()
+	h.must(tb, "package", chartDir, "--version", strings.TrimPrefix(releaseVersion, "v"), "--app-version", releaseVersion, "--destination", dist)
+	h.chart = filepath.Join(dist, "shutdown-manager-"+strings.TrimPrefix(releaseVersion, "v")+".tgz")
+	return h
 }
 
 func helmBinary() (string, error) {
@@ -151,9 +162,9 @@ var valueSets = []valueSet{
 	{name: "policy", release: "shutdown-manager", setFiles: []string{"policy.manifest=" + policyManifest}, verbatim: policyManifest},
 }
 
-// templateArgs are the arguments of `helm template` for vs.
-func (vs valueSet) templateArgs() []string {
-	return append([]string{"template", vs.release, chartDir, "--namespace", namespace}, vs.valueArgs()...)
+// templateArgs are the arguments of `helm template` of chart for vs.
+func (vs valueSet) templateArgs(chart string) []string {
+	return append([]string{"template", vs.release, chart, "--namespace", namespace}, vs.valueArgs()...)
 }
 
 // valueArgs are the flags that give vs's values to a helm command.
@@ -181,7 +192,7 @@ func TestLint(t *testing.T) {
 	h := newHelm(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			out := h.must(t, append([]string{"lint", "--strict", chartDir, "--namespace", namespace}, vs.valueArgs()...)...)
+			out := h.must(t, append([]string{"lint", "--strict", h.chart, "--namespace", namespace}, vs.valueArgs()...)...)
 			if !strings.Contains(out, "0 chart(s) failed") {
 				t.Errorf("helm lint said:\n%s\nwant 0 chart(s) failed", out)
 			}
@@ -195,7 +206,7 @@ func TestGolden(t *testing.T) {
 	h := newHelm(t)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
-			got := h.must(t, vs.templateArgs()...)
+			got := h.must(t, vs.templateArgs(h.chart)...)
 			if vs.generated {
 				got = normalize(got)
 			}
@@ -215,7 +226,7 @@ func TestGolden(t *testing.T) {
 			}
 			if got != string(want) {
 				t.Errorf("helm %s differs from %s (go test ./test/chart -run TestGolden -update rewrites it):\n%s",
-					strings.Join(vs.templateArgs(), " "), golden, lineDiff(string(want), got))
+					strings.Join(vs.templateArgs(h.chart), " "), golden, lineDiff(string(want), got))
 			}
 		})
 	}
@@ -303,7 +314,7 @@ func TestPolicyModeNeedsManifest(t *testing.T) {
 		{"not a policy", []string{"--set-file", "policy.manifest=" + notPolicy}, "holds no MutatingAdmissionPolicy"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{"template", "shutdown-manager", chartDir, "--namespace", namespace, "--set", "mode=policy"}, tc.args...)
+			args := append([]string{"template", "shutdown-manager", h.chart, "--namespace", namespace, "--set", "mode=policy"}, tc.args...)
 			out, err := h.run(args...)
 			if err == nil {
 				t.Fatalf("helm template succeeded, want a refusal; it rendered:\n%s", firstLines(out, 10))
@@ -320,7 +331,7 @@ func TestPolicyModeNeedsManifest(t *testing.T) {
 // MutatingWebhookConfiguration without a caBundle would fail every admission open, leaving pods uninjected.
 func TestSecretNeedsCA(t *testing.T) {
 	h := newHelm(t)
-	out, err := h.run("template", "shutdown-manager", chartDir, "--namespace", namespace,
+	out, err := h.run("template", "shutdown-manager", h.chart, "--namespace", namespace,
 		"--set", "certificates.source=secret,certificates.secretName=webhook-serving")
 	if err == nil {
 		t.Fatalf("rendered without a CA, want a refusal; it rendered:\n%s", firstLines(out, 5))
@@ -360,7 +371,7 @@ func TestKubeVersionRefusals(t *testing.T) {
 		{"1.36.0", "policy", policy, ""},
 	} {
 		t.Run(tc.version+"/"+tc.what, func(t *testing.T) {
-			args := append([]string{"template", "shutdown-manager", chartDir, "--namespace", namespace, "--kube-version", tc.version}, tc.args...)
+			args := append([]string{"template", "shutdown-manager", h.chart, "--namespace", namespace, "--kube-version", tc.version}, tc.args...)
 			out, err := h.run(args...)
 			switch {
 			case tc.want == "" && err != nil:
@@ -397,7 +408,7 @@ func TestSchemaRefuses(t *testing.T) {
 		{"events.namespaces[0]=Not_A_Namespace", "namespaces"},
 	} {
 		t.Run(tc.set, func(t *testing.T) {
-			out, err := h.run("template", "shutdown-manager", chartDir, "--namespace", namespace, "--set", tc.set)
+			out, err := h.run("template", "shutdown-manager", h.chart, "--namespace", namespace, "--set", tc.set)
 			if err == nil {
 				t.Fatalf("--set %s rendered, want a schema error; it rendered:\n%s", tc.set, firstLines(out, 5))
 			}

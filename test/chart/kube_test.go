@@ -32,7 +32,7 @@ func TestDryRunServer(t *testing.T) {
 		t.Run(vs.name, func(t *testing.T) {
 			var kept []string
 			skipped := 0
-			for _, o := range objects(t, h.must(t, vs.templateArgs()...)) {
+			for _, o := range objects(t, h.must(t, vs.templateArgs(h.chart)...)) {
 				if strings.HasPrefix(o.APIVersion, "cert-manager.io/") || strings.HasPrefix(o.APIVersion, "monitoring.coreos.com/") {
 					skipped++
 					continue
@@ -78,7 +78,7 @@ func TestInstall(t *testing.T) {
 	api := kubetest.Start(t)
 	api.Kubectl(t, "create", "namespace", "edge")
 
-	install := []string{"install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+	install := []string{"install", "shutdown-manager", h.chart, "--namespace", namespace, "--create-namespace",
 		"--kubeconfig", api.Kubeconfig, "--set", "events.namespaces={edge}"}
 	h.must(t, install...)
 
@@ -91,7 +91,7 @@ func TestInstall(t *testing.T) {
 		t.Errorf("after install: %v", err)
 	}
 
-	h.must(t, "upgrade", "shutdown-manager", chartDir, "--namespace", namespace, "--kubeconfig", api.Kubeconfig,
+	h.must(t, "upgrade", "shutdown-manager", h.chart, "--namespace", namespace, "--kubeconfig", api.Kubeconfig,
 		"--set", "events.namespaces={edge}", "--set", "webhook.timeoutSeconds=4")
 	ca2, crt2 := installedCertificate(t, api, "shutdown-manager")
 	if string(ca2) != string(ca) || string(crt2) != string(crt) {
@@ -155,7 +155,7 @@ func TestInstallExistingSecret(t *testing.T) {
 	api.Kubectl(t, "create", "secret", "generic", "webhook-serving", "--namespace", ns, "--type=kubernetes.io/tls",
 		"--from-file="+filepath.Join(dir, "ca.crt"), "--from-file="+filepath.Join(dir, "tls.crt"), "--from-file="+filepath.Join(dir, "tls.key"))
 
-	h.must(t, "install", release, chartDir, "--namespace", ns, "--kubeconfig", api.Kubeconfig,
+	h.must(t, "install", release, h.chart, "--namespace", ns, "--kubeconfig", api.Kubeconfig,
 		"--set", "certificates.source=secret,certificates.secretName=webhook-serving")
 	bundles := api.Kubectl(t, "get", "mutatingwebhookconfiguration", "pki-shutdown-manager", "-o", "jsonpath={.webhooks[*].clientConfig.caBundle}")
 	for _, b := range strings.Fields(bundles) {
@@ -178,7 +178,7 @@ func TestInstallExistingSecret(t *testing.T) {
 func TestInstallPolicy(t *testing.T) {
 	h := newHelm(t)
 	api := kubetest.Start(t)
-	args := []string{"install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+	args := []string{"install", "shutdown-manager", h.chart, "--namespace", namespace, "--create-namespace",
 		"--kubeconfig", api.Kubeconfig, "--set", "mode=policy", "--set-file", "policy.manifest=" + policyManifest}
 	if v := api.Version(t); v.Minor < 36 {
 		// No MutatingAdmissionPolicy v1 before 1.36: the chart refuses with one line that says what to do.
@@ -208,7 +208,7 @@ func TestInstallPolicy(t *testing.T) {
 func TestInstallImageVolume(t *testing.T) {
 	h := newHelm(t)
 	api := kubetest.Start(t)
-	args := []string{"install", "shutdown-manager", chartDir, "--namespace", namespace, "--create-namespace",
+	args := []string{"install", "shutdown-manager", h.chart, "--namespace", namespace, "--create-namespace",
 		"--kubeconfig", api.Kubeconfig, "--set", "inject.binaryFrom=image-volume"}
 	if v := api.Version(t); v.Minor < 35 {
 		out, err := h.run(args...)

@@ -151,7 +151,7 @@ func monitoringExprs(t *testing.T) map[string]string {
 			vs = v
 		}
 	}
-	objs := objects(t, h.must(t, vs.templateArgs()...))
+	objs := objects(t, h.must(t, vs.templateArgs(h.chart)...))
 	exprs := map[string]string{}
 
 	var rule struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -99,7 +100,7 @@ func verifyServing(caPEM, certPEM []byte, dnsName string) error {
 // Service's name, and both webhook entries trust that CA.
 func TestGeneratedCertificate(t *testing.T) {
 	h := newHelm(t)
-	objs := objects(t, h.must(t, valueSets[0].templateArgs()...))
+	objs := objects(t, h.must(t, valueSets[0].templateArgs(h.chart)...))
 	var secret corev1.Secret
 	only(t, objs, "Secret", &secret)
 	var mwc admissionregistrationv1.MutatingWebhookConfiguration
@@ -125,7 +126,7 @@ func TestGeneratedCertificate(t *testing.T) {
 // and the MutatingAdmissionPolicy use.
 func TestWebhookObjects(t *testing.T) {
 	h := newHelm(t)
-	objs := objects(t, h.must(t, valueSets[0].templateArgs()...))
+	objs := objects(t, h.must(t, valueSets[0].templateArgs(h.chart)...))
 
 	var mwc admissionregistrationv1.MutatingWebhookConfiguration
 	only(t, objs, "MutatingWebhookConfiguration", &mwc)
@@ -177,7 +178,7 @@ func TestWebhookObjects(t *testing.T) {
 	}
 	c := d.Spec.Template.Spec.Containers[0]
 	wantArgs := []string{"webhook", "--listen=:8443", "--tls-cert-file=/tls/tls.crt", "--tls-key-file=/tls/tls.key",
-		"--health-listen=:8081", "--image=shutdown-manager:dev", "--mode=hook", "--binary-from=copy", "--hook=exec",
+		"--health-listen=:8081", "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:" + releaseVersion, "--mode=hook", "--binary-from=copy", "--hook=exec",
 		"--sidecar-kind=native", "--envoy-command=envoy", "--port=8090", "--metrics-port=9090"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("webhook args = %q\nwant %q", c.Args, wantArgs)
@@ -213,7 +214,7 @@ func TestWebhookObjects(t *testing.T) {
 // TestImageDigest: a digest wins over the tag, for the webhook and the injected containers.
 func TestImageDigest(t *testing.T) {
 	h := newHelm(t)
-	out := h.must(t, "template", "shutdown-manager", chartDir, "--namespace", namespace,
+	out := h.must(t, "template", "shutdown-manager", h.chart, "--namespace", namespace,
 		"--set", "image.repository=registry.example/sm,image.tag=v1,image.digest=sha256:"+strings.Repeat("ab", 32))
 	var d appsv1.Deployment
 	only(t, objects(t, out), "Deployment", &d)
@@ -224,6 +225,86 @@ func TestImageDigest(t *testing.T) {
 	}
 	if !slices.Contains(c.Args, "--image="+want) {
 		t.Errorf("args %q do not inject %s", c.Args, want)
+	}
+}
+
+// TestDefaultImage: the packaged chart (appVersion the release) runs and injects the image that release publishes;
+// the chart as it sits in the repository (appVersion dev, an image no registry serves) refuses to render without
+// image.tag or image.digest, with one line saying what to set, rather than install a webhook that cannot be
+// pulled and, with failurePolicy Ignore, lets every pod through uninjected. Given a tag or digest it renders.
+func TestDefaultImage(t *testing.T) {
+	h := newHelm(t)
+	const repository = "ghcr.io/envoy-shutdown-manager/shutdown-manager"
+	image := func(t *testing.T, out string) (string, []string) {
+		t.Helper()
+		var d appsv1.Deployment
+		only(t, objects(t, out), "Deployment", &d)
+		return d.Spec.Template.Spec.Containers[0].Image, d.Spec.Template.Spec.Containers[0].Args
+	}
+	for _, tc := range []struct {
+		name, chart string
+		set         []string
+		want        string
+	}{
+		{"packaged", h.chart, nil, repository + ":" + releaseVersion},
+		{"repository with a tag", chartDir, []string{"image.tag=v0.1.0"}, repository + ":v0.1.0"},
+		{"repository with a digest", chartDir, []string{"image.digest=sha256:" + strings.Repeat("ab", 32)}, repository + "@sha256:" + strings.Repeat("ab", 32)},
+		{"repository with an explicit dev tag", chartDir, []string{"image.repository=shutdown-manager", "image.tag=dev"}, "shutdown-manager:dev"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"template", "shutdown-manager", tc.chart, "--namespace", namespace}
+			for _, s := range tc.set {
+				args = append(args, "--set", s)
+			}
+			img, webhookArgs := image(t, h.must(t, args...))
+			if img != tc.want || !slices.Contains(webhookArgs, "--image="+tc.want) {
+				t.Errorf("image %s, args %q; want %s, injecting it", img, webhookArgs, tc.want)
+			}
+		})
+	}
+	const refusal = "this chart is the repository's (appVersion dev), whose image no registry serves: set image.tag (or image.digest), e.g. image.tag=v0.1.0 for the release " +
+		repository + ":v0.1.0; a packaged release defaults to its own image"
+	for _, set := range [][]string{nil, {"image.repository=registry.example/sm"}, {"inject.image=registry.example/sm:v1"}} {
+		args := []string{"template", "shutdown-manager", chartDir, "--namespace", namespace}
+		for _, s := range set {
+			args = append(args, "--set", s)
+		}
+		out, err := h.run(args...)
+		if err == nil || !strings.Contains(err.Error(), refusal) || strings.Count(err.Error(), refusal) != 1 {
+			t.Errorf("the repository's chart with %q rendered (%v), want it refused saying %q:\n%s", set, err, refusal, firstLines(out, 5))
+		}
+	}
+}
+
+// TestNotesWarnNoRegistry: helm install's notes warn when the webhook's or the injected image names no registry
+// host (the nodes would pull it from Docker Hub, where the project publishes nothing), as inject warns on stderr;
+// a warning, not a refusal: an image loaded into every node (make e2e, kind load) is a real use.
+func TestNotesWarnNoRegistry(t *testing.T) {
+	h := newHelm(t)
+	for _, tc := range []struct {
+		set  []string
+		warn string
+	}{
+		{nil, ""},
+		{[]string{"image.repository=localhost:5000/sm", "image.tag=v1"}, ""},
+		{[]string{"image.repository=registry.example/sm", "image.tag=v1"}, ""},
+		{[]string{"image.repository=shutdown-manager", "image.tag=dev"}, "shutdown-manager:dev"},
+		{[]string{"image.repository=example/sm", "image.tag=v1"}, "example/sm:v1"},
+		{[]string{"inject.image=sm:v1"}, "sm:v1"},
+	} {
+		args := []string{"install", "shutdown-manager", h.chart, "--namespace", namespace, "--dry-run=client"}
+		for _, s := range tc.set {
+			args = append(args, "--set", s)
+		}
+		out := h.must(t, args...)
+		_, notes, _ := strings.Cut(out, "NOTES:")
+		warned := regexp.MustCompile(`WARNING: image (\S+) names no registry host`).FindAllStringSubmatch(notes, -1)
+		switch {
+		case tc.warn == "" && len(warned) != 0:
+			t.Errorf("%q: notes warn %q, want no warning", tc.set, warned)
+		case tc.warn != "" && (len(warned) != 1 || warned[0][1] != tc.warn):
+			t.Errorf("%q: notes warn %q, want one warning about %s:\n%s", tc.set, warned, tc.warn, notes)
+		}
 	}
 }
 

@@ -88,7 +88,7 @@ func TestInjectValuesCarryDrainSettings(t *testing.T) {
 	}
 
 	h := newHelm(t)
-	out := h.must(t, "template", "shutdown-manager", chartDir, "--namespace", namespace, "--values", file)
+	out := h.must(t, "template", "shutdown-manager", h.chart, "--namespace", namespace, "--values", file)
 	var args []string
 	for _, o := range objects(t, out) {
 		if o.Kind != "Deployment" {

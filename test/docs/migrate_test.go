@@ -39,6 +39,7 @@ const envoyProxyCRD = "charts/gateway-helm/charts/crds/crds/generated/gateway.en
 // for it, or an EnvoyProxy whose every field Envoy Gateway's CRD has and whose labels and annotations are inject's.
 // uninject must give back the rendered file's objects.
 func TestMigrationPages(t *testing.T) {
+	asRelease(t)
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +66,18 @@ func TestMigrationPages(t *testing.T) {
 			checkYAML(t, dir, string(page), rendered, takenOver)
 		})
 	}
+}
+
+// docsRelease is the release the pages' commands name and run as: `helm install` sets image.tag to it, and the
+// pages show what its `shutdown-manager` writes (a release's default image is its own on ghcr.io).
+const docsRelease = "v0.1.0"
+
+// asRelease makes the in-process shutdown-manager a build of docsRelease for the rest of t, as -ldflags
+// -X …/internal/cli.Version=v0.1.0 does: a user runs a release; a development build has no default image.
+func asRelease(t *testing.T) {
+	old := cli.Version
+	cli.Version = docsRelease
+	t.Cleanup(func() { cli.Version = old })
 }
 
 // runCLI runs shutdown-manager in-process with stdin and returns its stdout; it fails t unless it exits 0.
@@ -164,6 +177,7 @@ func checkShell(t *testing.T, root, modDir, input, version, page string, rendere
 			case w[0] == "kubectl" && slices.Contains(w, "rollout") && slices.Contains(w, "restart"):
 			case w[0] == "helm" && w[1] == "install":
 				checkHelm(t, root, line, w)
+				checkReleaseImage(t, root, line, w)
 			default:
 				t.Errorf("%q: a command this test does not check: check it here or take it off the page", line)
 			}
@@ -237,6 +251,43 @@ func checkPatch(t *testing.T, line, patch string) {
 		if k != "automountServiceAccountToken" || v != true {
 			t.Errorf("%q: pod spec field %s: %v, want automountServiceAccountToken: true only", line, k, v)
 		}
+	}
+}
+
+// checkReleaseImage: the page's `helm install` of the repository's chart (appVersion dev, which refuses to render
+// without image.tag or image.digest) names the image the release workflow publishes for docsRelease, so the command
+// works as written once that release is out.
+func checkReleaseImage(t *testing.T, root, line string, w []string) {
+	t.Helper()
+	var values struct {
+		Image struct{ Repository string } `json:"image"`
+	}
+	vb, err := os.ReadFile(filepath.Join(root, "charts/shutdown-manager/values.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(vb, &values); err != nil {
+		t.Fatal(err)
+	}
+	repository, tag := values.Image.Repository, ""
+	for i, a := range w {
+		if a != "--set" || i+1 >= len(w) {
+			continue
+		}
+		for _, kv := range strings.Split(w[i+1], ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			switch k {
+			case "image.repository":
+				repository = v
+			case "image.tag":
+				tag = v
+			case "image.digest", "inject.image":
+				t.Errorf("%q: sets %s: name the release by image.tag alone", line, k)
+			}
+		}
+	}
+	if got, want := repository+":"+tag, cli.ReleaseRepository+":"+docsRelease; got != want {
+		t.Errorf("%q: the image is %s, want the release's %s (--set image.tag=%s)", line, got, want, docsRelease)
 	}
 }
 

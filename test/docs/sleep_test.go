@@ -21,6 +21,7 @@ const sleepExample = "test/docs/testdata/sleep-prestop.yaml"
 // refused with exactly the ```text block's line; the others must exit 0, and uninject must give back the example's
 // objects, field for field. The section's yaml blocks, if any, must be lines of the example or of inject's output.
 func TestSleepMigration(t *testing.T) {
+	asRelease(t)
 	page := readRepo(t, "docs/migrate.md")
 	sec := section(t, page, "## From a hand-written `sleep` preStop")
 	example := []byte(readRepo(t, sleepExample))

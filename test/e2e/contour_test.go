@@ -434,7 +434,8 @@ func contourObjects(ctx context.Context, t *testing.T, root, manager, contour, d
 		t.Fatal(err)
 	}
 	if injectArgs != nil {
-		cmd := exec.CommandContext(ctx, manager, append(append([]string{"inject"}, injectArgs...), "-f", "-")...)
+		// The image by name: the e2e's build is a development build, which has no default image.
+		cmd := exec.CommandContext(ctx, manager, append(append([]string{"inject", "--image=" + ManagerImage}, injectArgs...), "-f", "-")...)
 		cmd.Stdin = strings.NewReader(string(w))
 		var stderr strings.Builder
 		cmd.Stderr = &stderr

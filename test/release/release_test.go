@@ -133,6 +133,34 @@ func TestReleaseIsReproducible(t *testing.T) {
 		}
 	}
 
+	// With no image named, the released binary injects the image the release workflow publishes for this release,
+	// and the packaged chart runs and injects the same; the docker archives carry that name (ctr images import).
+	wantImage := "ghcr.io/envoy-shutdown-manager/shutdown-manager:" + version
+	if runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") {
+		out, err := exec.Command(filepath.Join(first, "shutdown-manager-linux-"+runtime.GOARCH), "inject", "-f",
+			filepath.Join(repoRoot(t), "deploy/plain/envoy.yaml")).Output()
+		if err != nil {
+			t.Fatalf("the released binary's inject without --image: %v", err)
+		}
+		if !strings.Contains(string(out), "image: "+wantImage+"\n") {
+			t.Errorf("the released binary's inject without --image does not inject %s:\n%s", wantImage, out)
+		}
+	}
+	rendered, err := exec.Command(helmBinary(t), "template", "shutdown-manager", filepath.Join(first, "shutdown-manager-0.0.0-test.1.tgz")).Output()
+	if err != nil {
+		t.Fatalf("helm template of the packaged chart without image values: %v", err)
+	}
+	for _, want := range []string{"image: " + wantImage + "\n", `"--image=` + wantImage + `"`} {
+		if !strings.Contains(string(rendered), want) {
+			t.Errorf("the packaged chart, rendered without image values, lacks %s", want)
+		}
+	}
+	for _, arch := range []string{"amd64", "arm64"} {
+		if !bytes.Contains(a["image-linux-"+arch+".tar"], []byte(`"RepoTags":["`+wantImage+`"]`)) {
+			t.Errorf("image-linux-%s.tar is not named %s", arch, wantImage)
+		}
+	}
+
 	// The chart's version is the release's without the v; its appVersion (the image tag) is the release.
 	chart, err := exec.Command("tar", "-xzOf", filepath.Join(first, "shutdown-manager-0.0.0-test.1.tgz"), "shutdown-manager/Chart.yaml").Output()
 	if err != nil {
@@ -206,11 +234,7 @@ func checkPush(t *testing.T, dist string) {
 		t.Errorf("the registry has index %s under %s, the layout %s", got, ref, want)
 	}
 
-	helmDir, err := exec.Command(filepath.Join(repoRoot(t), "scripts/helm-binary.sh")).Output()
-	if err != nil {
-		t.Fatalf("scripts/helm-binary.sh: %v", err)
-	}
-	helm := filepath.Join(strings.TrimSpace(string(helmDir)), "helm")
+	helm := helmBinary(t)
 	home := t.TempDir() // Helm's registry config and cache, away from the user's
 	helmEnv := append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
 	pkg := filepath.Join(dist, "shutdown-manager-0.0.0-test.1.tgz")
@@ -233,6 +257,16 @@ func checkPush(t *testing.T, dist string) {
 	if wantPkg, _ := os.ReadFile(pkg); !bytes.Equal(got, wantPkg) {
 		t.Error("helm pull gave back another package than the one pushed")
 	}
+}
+
+// helmBinary is the pinned Helm (scripts/helm-binary.sh builds it once, as make release does).
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	helmDir, err := exec.Command(filepath.Join(repoRoot(t), "scripts/helm-binary.sh")).Output()
+	if err != nil {
+		t.Fatalf("scripts/helm-binary.sh: %v", err)
+	}
+	return filepath.Join(strings.TrimSpace(string(helmDir)), "helm")
 }
 
 // TestReleaseNeedsSemanticVersion: an untagged build's version (dev) is no release, nor is a release the

@@ -28,12 +28,34 @@ app.kubernetes.io/name: shutdown-manager
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{/* The webhook image: repository@digest when a digest is set, else repository:tag (tag defaults to appVersion). */}}
+{{/*
+The webhook image: repository@digest when a digest is set, else repository:tag, the tag defaulting to appVersion.
+A packaged chart's appVersion is its release (make release sets it), so it defaults to the image that release
+published. The chart as it sits in the repository has appVersion dev, which no registry serves: with neither
+image.tag nor image.digest it fails rather than install a webhook in ImagePullBackOff that, with failurePolicy
+Ignore, lets every pod through uninjected.
+*/}}
 {{- define "shutdown-manager.image" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- else if .Values.image.tag -}}
+{{- printf "%s:%s" .Values.image.repository .Values.image.tag -}}
+{{- else if eq .Chart.AppVersion "dev" -}}
+{{- fail "this chart is the repository's (appVersion dev), whose image no registry serves: set image.tag (or image.digest), e.g. image.tag=v0.1.0 for the release ghcr.io/envoy-shutdown-manager/shutdown-manager:v0.1.0; a packaged release defaults to its own image" -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) -}}
+{{- printf "%s:%s" .Values.image.repository .Chart.AppVersion -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+"true" when an image reference names no registry host: its first path component has no dot or colon and is not
+localhost (the rule of containerd and Docker), so nodes pull it from Docker Hub (docker.io/library/NAME for a
+single name).
+*/}}
+{{- define "shutdown-manager.noRegistry" -}}
+{{- $first := first (splitList "/" .) -}}
+{{- if or (not (contains "/" .)) (not (or (contains "." $first) (contains ":" $first) (eq $first "localhost"))) -}}
+true
 {{- end -}}
 {{- end -}}
 

@@ -7,7 +7,7 @@
 //	go run ./internal/image/build -push REF -layout dist/image-oci # push the image make release wrote
 //
 // Defaults: -version the tag of the commit (`git describe --tags --exact-match`), else dev, as the Makefile's
-// VERSION; the image is then shutdown-manager:dev, the name deploy/, the chart and inject use; -revision from
+// VERSION; the image is then shutdown-manager:dev, the name deploy/ gives inject with --image; -revision from
 // `git rev-parse HEAD`, -created from SOURCE_DATE_EPOCH, else the last commit's time.
 package main
 
