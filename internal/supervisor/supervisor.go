@@ -142,6 +142,20 @@ func (p *Process) Signal(sig os.Signal) error {
 // killGrace is how long Stop waits after SIGTERM before SIGKILL.
 const killGrace = time.Second
 
+// Agent mode's stop, as `run` and the pod mutation that sizes its grace period both count it.
+//
+// Kubelet kills (SIGKILL) whatever still runs terminationGracePeriodSeconds after the pod's deletion began, so
+// agent mode keeps DefaultStopTimeout plus StopMargin of the grace period in hand beyond the drain: Stop's
+// whole course after the drain has released, and a little slack so that kubelet's SIGKILL never comes first.
+const (
+	// DefaultStopTimeout is `run`'s default --stop-timeout, the timeout given to Stop: after the drain, how
+	// long Envoy gets to exit after /quitquitquit before SIGTERM, then SIGKILL killGrace (one second) later.
+	DefaultStopTimeout = 5 * time.Second
+	// StopMargin is what a grace period keeps in hand beyond Stop's timeout: killGrace, between SIGTERM and
+	// SIGKILL, and one second for scheduling. Two seconds.
+	StopMargin = killGrace + time.Second
+)
+
 // Stop ends the child in order: quit (Envoy's POST /quitquitquit; SIGTERM at once if that fails), up to
 // timeout for it to exit, then SIGTERM, then SIGKILL killGrace later. It returns once the child is reaped,
 // at the latest timeout plus killGrace after it was called, and says which step ended it.
