@@ -14,6 +14,15 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
+)
+
+// The seams stack wires: the admin client is what the engine drives, and the engine is what the Events and
+// the HTTP API read.
+var (
+	_ drain.Admin   = (*envoyadmin.Client)(nil)
+	_ events.Engine = (*drain.Engine)(nil)
+	_ server.Engine = (*drain.Engine)(nil)
 )
 
 // EngineConfig is what every front end of the drain engine needs: the drain's policy, where Envoy's admin

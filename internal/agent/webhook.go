@@ -120,6 +120,8 @@ func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) erro
 	return nil
 }
 
+var _ webhook.OwnerEvents = ownerEvents{}
+
 // ownerEvents records the webhook's Events on pods' owners through the Events client (queued, never
 // blocking the admission), and logs each one as well: the log is the record when the API is out of reach.
 type ownerEvents struct {

@@ -19,6 +19,11 @@ import (
 // The drain's witnesses (drain.Witness): what each front end can show when Envoy's admin address refuses
 // every connection before the drain reached Envoy. A refusal alone cannot tell a gone Envoy from a wrong
 // address (port, family, a unix socket outside this container's mounts).
+var (
+	_ drain.Witness    = procWitness{}
+	_ drain.Identifier = procWitness{} // optional: the engine finds it by a type assertion, so only this line checks it
+	_ drain.Witness    = (*reachWitness)(nil)
+)
 
 // childWitness is Run's: Envoy is this process's child, and its reaping is the evidence. A child that lives
 // while its admin address refuses means the address is wrong.

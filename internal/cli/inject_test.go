@@ -13,9 +13,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/supervisor"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated deploy/ examples")
@@ -32,14 +35,46 @@ func TestInjectDefaultsMatchTheDrain(t *testing.T) {
 	}{
 		{"drain-delay", inject.DefaultDrainDelay},
 		{"min-drain-duration", inject.DefaultMinDrainDuration},
-		{"stop-timeout", inject.AgentStopTimeout},
+		{"stop-timeout", supervisor.DefaultStopTimeout},
 	} {
 		if got := fs.Lookup(c.flag).DefValue; got != c.want.String() {
 			t.Errorf("--%s defaults to %s, inject assumes %s", c.flag, got, c.want)
 		}
 	}
-	if inject.AgentMargin != inject.AgentStopTimeout+graceMargin {
-		t.Errorf("inject's agent margin %s is not run's --stop-timeout plus graceMargin (%s)", inject.AgentMargin, inject.AgentStopTimeout+graceMargin)
+}
+
+// TestAgentGraceArithmetic: inject and run count agent mode's margin alike. The drain timeout run derives
+// from a --termination-grace-period is the longest one inject fits into that grace period: given it, inject
+// keeps the grace period; given one second more, it raises the grace period by a second.
+func TestAgentGraceArithmetic(t *testing.T) {
+	for _, grace := range []int64{30, 60, 300} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		var f runFlags
+		f.register(fs)
+		if err := fs.Parse([]string{fmt.Sprintf("--termination-grace-period=%ds", grace), "--admin-address=127.0.0.1:9901"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.config(fs, []string{"sh"}); err != nil {
+			t.Fatalf("grace %ds: %v", grace, err)
+		}
+		derived := f.timeout
+		for _, c := range []struct {
+			timeout   time.Duration
+			wantGrace int64
+		}{
+			{derived, grace},
+			{derived + time.Second, grace + 1},
+		} {
+			meta := metav1.ObjectMeta{}
+			spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Args: []string{"-c", "/e.yaml"}}}}
+			cfg := inject.Config{Image: "sm:1", Mode: inject.ModeAgent, Drain: inject.Drain{Timeout: &c.timeout}}
+			if err := inject.Inject(&meta, &spec, cfg); err != nil {
+				t.Fatalf("grace %ds, drain timeout %s: %v", grace, c.timeout, err)
+			}
+			if got := *spec.TerminationGracePeriodSeconds; got != c.wantGrace {
+				t.Errorf("grace %ds: run derives a drain timeout of %s; inject given %s sets the grace period to %ds, want %ds", grace, derived, c.timeout, got, c.wantGrace)
+			}
+		}
 	}
 }
 

@@ -81,6 +81,9 @@ func kubectlUsage(w io.Writer) {
 	printExamples(w, "kubectl")
 }
 
+// The plugin reads the API server through the Events' access.
+var _ kubectl.Getter = (*events.Reader)(nil)
+
 // runKubectlStatus lists the pods of a workload (or of a label selector) with the drain state of each, read
 // through the API server (kubectl.Status).
 func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {

@@ -12,13 +12,8 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/supervisor"
 )
-
-// graceMargin is what --termination-grace-period keeps in hand beyond --stop-timeout: the second between
-// SIGTERM and SIGKILL of the stop, and one for scheduling, so kubelet's SIGKILL never comes first. Inject
-// sizes agent mode's grace period with the same numbers.
-const graceMargin = inject.AgentMargin - inject.AgentStopTimeout
 
 // runFlags are `run`'s flags: the drain flags and its own.
 type runFlags struct {
@@ -34,7 +29,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.drainFlags.register(fs)
 	f.log.register(fs)
 	f.api.register(fs)
-	fs.DurationVar(&f.stopTimeout, "stop-timeout", inject.AgentStopTimeout, "after the drain, wait this long for Envoy to exit after POST /quitquitquit, then SIGTERM, then SIGKILL 1s later")
+	fs.DurationVar(&f.stopTimeout, "stop-timeout", supervisor.DefaultStopTimeout, "after the drain, wait this long for Envoy to exit after POST /quitquitquit, then SIGTERM, then SIGKILL 1s later")
 	fs.StringVar(&f.listen, "listen", "", "also serve the HTTP API (/healthz, /shutdown, /status, /metrics) here: [IP]:PORT (an IP literal; no IP: all interfaces) or unix:///path (default: no API)")
 	fs.DurationVar(&f.grace, "termination-grace-period", 0, "the pod's terminationGracePeriodSeconds: when given and --drain-timeout is not, the drain timeout is this minus --stop-timeout minus 2s")
 }
@@ -86,7 +81,7 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (agent.RunConfig
 		return agent.RunConfig{}, usagef("--termination-grace-period must not be negative")
 	}
 	if f.grace > 0 && !isFlagSet(fs, "drain-timeout") {
-		f.timeout = f.grace - f.stopTimeout - graceMargin
+		f.timeout = f.grace - f.stopTimeout - supervisor.StopMargin
 		if f.timeout <= drain.AddDurations(f.delay, f.minDuration) {
 			return agent.RunConfig{}, usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
 		}

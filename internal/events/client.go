@@ -112,6 +112,8 @@ func newClient(cfg Config, log *slog.Logger, send sendFunc) *Client {
 	return c
 }
 
+var _ Recorder = (*Client)(nil)
+
 // Enabled reports whether the Client sends Events.
 func (c *Client) Enabled() bool { return c.send != nil }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/supervisor"
 )
 
 // The grace period and the drain timeout.
@@ -18,13 +19,11 @@ const (
 	// container runtime (or send its HTTP request), seconds on a busy node; after the drain releases, the
 	// hook exits, kubelet sends SIGTERM and Envoy exits at once (milliseconds). Five seconds covers both.
 	HookMargin = 5 * time.Second
-	// AgentStopTimeout is `run`'s default --stop-timeout: after the drain, how long Envoy gets to exit
-	// after /quitquitquit before SIGTERM, then SIGKILL one second later.
-	AgentStopTimeout = 5 * time.Second
-	// AgentMargin (agent mode) is what `run --termination-grace-period` keeps in hand beyond the drain:
-	// --stop-timeout and run's own 2 s (graceMargin in internal/cli/run.go: the second between SIGTERM and
-	// SIGKILL of the stop, and one for scheduling). `run` derives the same drain timeout from the same numbers.
-	AgentMargin = AgentStopTimeout + 2*time.Second
+	// agentMargin (agent mode) is what `run --termination-grace-period` keeps in hand beyond the drain:
+	// run's default --stop-timeout and the stop's own 2 s (supervisor.StopMargin: the second between SIGTERM
+	// and SIGKILL of the stop, and one for scheduling). `run` derives the same drain timeout from the same
+	// numbers.
+	agentMargin = supervisor.DefaultStopTimeout + supervisor.StopMargin
 	// minWait is the shortest time a derived drain timeout leaves for work in flight after the drain delay
 	// and the minimum drain duration; a grace period leaving less is raised.
 	minWait = 10 * time.Second
@@ -48,7 +47,7 @@ type gracePlan struct {
 // margin is the part of the grace period a mode keeps beyond the drain.
 func margin(m Mode) time.Duration {
 	if m == ModeAgent {
-		return AgentMargin
+		return agentMargin
 	}
 	return HookMargin
 }

@@ -267,7 +267,7 @@ func TestAgentGracePeriodFlag(t *testing.T) {
 			}
 		}
 		d, err := time.ParseDuration(flag)
-		if err != nil || d <= AgentMargin {
+		if err != nil || d <= agentMargin {
 			t.Errorf("grace %d: --termination-grace-period=%s (%v), want a duration longer than the agent's margin", grace, flag, err)
 		}
 		if g := *spec.TerminationGracePeriodSeconds; g < grace {

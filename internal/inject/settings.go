@@ -289,7 +289,7 @@ var NotCarried = []struct{ Flag, Why string }{
 	{"listen", "written by inject: the sidecar's unix socket (exec hook) or `:` + the port setting (http hook); agent mode serves no API"},
 	{"metrics-listen", "written by inject: `:` + the metrics-port setting (http hook)"},
 	{"termination-grace-period", "written by inject (agent mode): the pod's terminationGracePeriodSeconds, as raised to fit the drain"},
-	{"stop-timeout", "agent mode: inject sizes the grace period with run's default (AgentMargin); another value would break that arithmetic"},
+	{"stop-timeout", "agent mode: inject sizes the grace period with run's default (supervisor.DefaultStopTimeout, plus supervisor.StopMargin); another value would break that arithmetic"},
 	{"trigger-wait", "serve's wait for a hook after SIGTERM (plain sidecars): its default covers kubelet's order of hook and signal, the same for every pod"},
 	{"max-waiters", "serve's API limits: a sidecar has one caller, its pod's hook, far below the defaults"},
 	{"max-connections", "serve's API limits: a sidecar has one caller, its pod's hook, far below the defaults"},

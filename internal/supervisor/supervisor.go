@@ -28,6 +28,7 @@ type Process struct {
 	status syscall.WaitStatus // written before exited is closed
 
 	stopReaper func()
+	reaperDone chan struct{} // closed when reap returns
 }
 
 // Start starts path with args (args[0] is the program name as the child sees it), with stdin, stdout and
@@ -48,7 +49,7 @@ func Start(path string, args []string, stdio [3]*os.File, log *slog.Logger) (*Pr
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
 		log.Warn("cannot become a child subreaper; orphans of envoy will not be reaped here", "err", err)
 	}
-	p := &Process{log: log, exited: make(chan struct{})}
+	p := &Process{log: log, exited: make(chan struct{}), reaperDone: make(chan struct{})}
 	// Listen for SIGCHLD before the child exists, so that no exit is missed.
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
@@ -71,6 +72,7 @@ func Start(path string, args []string, stdio [3]*os.File, log *slog.Logger) (*Pr
 // reap collects every exited child whenever SIGCHLD arrives, until stop; the supervised child's
 // status is kept and Exited closed.
 func (p *Process) reap(chld chan os.Signal, stop <-chan struct{}) {
+	defer close(p.reaperDone)
 	defer signal.Stop(chld)
 	// A slow tick as well: SIGCHLDs coalesce, and one could come between Notify and a wait4 pass.
 	tick := time.NewTicker(time.Second)
@@ -142,6 +144,20 @@ func (p *Process) Signal(sig os.Signal) error {
 // killGrace is how long Stop waits after SIGTERM before SIGKILL.
 const killGrace = time.Second
 
+// Agent mode's stop, as `run` and the pod mutation that sizes its grace period both count it.
+//
+// Kubelet kills (SIGKILL) whatever still runs terminationGracePeriodSeconds after the pod's deletion began, so
+// agent mode keeps DefaultStopTimeout plus StopMargin of the grace period in hand beyond the drain: Stop's
+// whole course after the drain has released, and a little slack so that kubelet's SIGKILL never comes first.
+const (
+	// DefaultStopTimeout is `run`'s default --stop-timeout, the timeout given to Stop: after the drain, how
+	// long Envoy gets to exit after /quitquitquit before SIGTERM, then SIGKILL killGrace (one second) later.
+	DefaultStopTimeout = 5 * time.Second
+	// StopMargin is what a grace period keeps in hand beyond Stop's timeout: killGrace, between SIGTERM and
+	// SIGKILL, and one second for scheduling. Two seconds.
+	StopMargin = killGrace + time.Second
+)
+
 // Stop ends the child in order: quit (Envoy's POST /quitquitquit; SIGTERM at once if that fails), up to
 // timeout for it to exit, then SIGTERM, then SIGKILL killGrace later. It returns once the child is reaped,
 // at the latest timeout plus killGrace after it was called, and says which step ended it.
@@ -179,9 +195,11 @@ func (p *Process) Stop(quit func(context.Context) error, timeout time.Duration) 
 	return "sigkill"
 }
 
-// Close kills the child if it still runs, waits until it is reaped, and stops reaping.
+// Close kills the child if it still runs, waits until it is reaped, and stops reaping: once it returns, this
+// process reaps no other child (one that a later Start, or an exec.Cmd, waits for).
 func (p *Process) Close() {
 	_ = p.Signal(syscall.SIGKILL)
 	<-p.exited
 	p.stopReaper()
+	<-p.reaperDone
 }

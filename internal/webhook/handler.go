@@ -59,6 +59,11 @@ type OwnerEvents interface {
 // ReasonNotInjected is the reason of the Event OwnerEvents records.
 const ReasonNotInjected = "ShutdownManagerNotInjected"
 
+var (
+	_ OwnerEvents  = LogEvents{}
+	_ http.Handler = (*Handler)(nil)
+)
+
 // LogEvents is an OwnerEvents that only logs (at warn), for a webhook without an Events client.
 type LogEvents struct{ Log *slog.Logger }
 
