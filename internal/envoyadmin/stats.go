@@ -22,7 +22,10 @@ import (
 // per HTTP manager two (three with the health_check filter): about twice the bytes (measured by
 // TestReadinessListenerConfig: 2,211 bytes against 1,075 for an Envoy with two workers, three listeners and
 // three HTTP managers besides the admin's, one with the health_check filter).
-const ActiveFilter = `^(listener\..*\.downstream_cx_(active|total)|http\..*\.(downstream_(cx_active|cx_upgrades_active|rq_active|rq_total)|health_check\.request_total))$`
+//
+// And per HTTP manager the two counters of work the client side cut (HTTPGauges.RequestsRxReset and
+// ConnectionsCutActive), which a drain reports as cut by the client: two stats more per manager.
+const ActiveFilter = `^(listener\..*\.downstream_cx_(active|total)|http\..*\.(downstream_(cx_active|cx_upgrades_active|rq_active|rq_total|rq_rx_reset|cx_destroy_remote_active_rq)|health_check\.request_total))$`
 
 // StatsQuery is the query of the drain's poll: ActiveFilter's stats, as JSON. It has no type= (counters and
 // gauges both); no histogram matches the filter, so the answer holds none.
@@ -55,6 +58,13 @@ type HTTPGauges struct {
 	// answers it: in pass_through_mode, only once health checks fail (before, it is passed on uncounted),
 	// which is when the quiet period watches (checked on 1.36.2 and 1.40.0). 0 for a manager without the filter.
 	HealthChecksTotal int64
+	// RequestsRxReset is downstream_rq_rx_reset: requests reset while in flight, counted by Envoy's HTTP
+	// manager once per request, whether the client reset the one stream (HTTP/2 RST_STREAM) or closed the
+	// connection under it (HTTP/1.1, FIN or RST): checked on 1.36.2 and 1.40.0. A counter.
+	RequestsRxReset int64
+	// ConnectionsCutActive is downstream_cx_destroy_remote_active_rq: connections the peer closed while a
+	// request was in flight on them (not HTTP/2 streams reset on a connection that stays open). A counter.
+	ConnectionsCutActive int64
 }
 
 const (
@@ -64,6 +74,8 @@ const (
 	cxTotal    = ".downstream_cx_total"
 	rqTotal    = ".downstream_rq_total"
 	hcTotal    = ".health_check.request_total"
+	rqRxReset  = ".downstream_rq_rx_reset"
+	cxCutRq    = ".downstream_cx_destroy_remote_active_rq"
 )
 
 // perWorker matches the scope suffix of a listener gauge's per-thread copy:
@@ -125,6 +137,10 @@ func ParseStats(r io.Reader) (Snapshot, error) {
 				g.RequestsTotal = v
 			case hcTotal:
 				g.HealthChecksTotal = v
+			case rqRxReset:
+				g.RequestsRxReset = v
+			case cxCutRq:
+				g.ConnectionsCutActive = v
 			}
 			s.HTTP[scope] = g
 		}
@@ -135,7 +151,7 @@ func ParseStats(r io.Reader) (Snapshot, error) {
 // splitGauge splits "listener.X.downstream_cx_active" into "listener.X" and ".downstream_cx_active" (and
 // the other stats of ActiveFilter likewise).
 func splitGauge(name string) (scope, metric string, ok bool) {
-	for _, m := range []string{cxActive, rqActive, cxUpgrades, cxTotal, rqTotal, hcTotal} {
+	for _, m := range []string{cxActive, rqActive, cxUpgrades, cxTotal, rqTotal, hcTotal, rqRxReset, cxCutRq} {
 		if scope, ok := strings.CutSuffix(name, m); ok && strings.Count(scope, ".") >= 1 && !strings.HasSuffix(scope, ".") {
 			return scope, m, true
 		}
