@@ -14,27 +14,32 @@ import (
 func TestCutWatch(t *testing.T) {
 	tests := []struct {
 		name  string
-		polls []map[string]Cut
+		polls []map[string]CutCounters
 		want  Cut
 	}{
 		{"no poll", nil, Cut{}},
-		{"the first poll is the baseline", []map[string]Cut{{"http.a": {5, 3}}}, Cut{}},
-		{"increase after the baseline", []map[string]Cut{{"http.a": {5, 3}}, {"http.a": {7, 4}}, {"http.a": {8, 4}}}, Cut{3, 1}},
-		{"managers add up", []map[string]Cut{{"http.a": {1, 1}, "http.b": {0, 0}}, {"http.a": {2, 2}, "http.b": {4, 0}}}, Cut{5, 1}},
-		{"a manager new to the watch starts from its value",
-			[]map[string]Cut{{"http.a": {0, 0}}, {"http.a": {0, 0}, "http.b": {9, 9}}, {"http.a": {0, 0}, "http.b": {10, 9}}}, Cut{1, 0}},
+		{"the first poll is the baseline", []map[string]CutCounters{{"http.a": {5, 1, 3}}}, Cut{}},
+		{"increase after the baseline", []map[string]CutCounters{{"http.a": {5, 0, 3}}, {"http.a": {7, 0, 4}}, {"http.a": {8, 0, 4}}}, Cut{3, 1}},
+		{"resets envoy sent are not the client's", []map[string]CutCounters{{"http.a": {5, 2, 0}}, {"http.a": {9, 4, 0}}}, Cut{2, 0}},
+		{"a poll between envoy's two counts holds the total",
+			[]map[string]CutCounters{{"http.a": {0, 0, 0}}, {"http.a": {1, 0, 0}}, {"http.a": {1, 1, 0}}, {"http.a": {2, 1, 0}}, {"http.a": {3, 2, 0}}}, Cut{1, 0}},
+		{"managers add up", []map[string]CutCounters{{"http.a": {1, 0, 1}, "http.b": {0, 0, 0}}, {"http.a": {2, 0, 2}, "http.b": {4, 0, 0}}}, Cut{5, 1}},
+		{"a manager new to the watch starts from its values",
+			[]map[string]CutCounters{{"http.a": {}}, {"http.a": {}, "http.b": {9, 0, 9}}, {"http.a": {}, "http.b": {10, 0, 9}}}, Cut{1, 0}},
 		{"a counter that fell starts again from its value",
-			[]map[string]Cut{{"http.a": {5, 5}}, {"http.a": {1, 1}}, {"http.a": {3, 1}}}, Cut{2, 0}},
-		{"a manager gone and back starts again", []map[string]Cut{{"http.a": {1, 1}}, nil, {"http.a": {4, 4}}}, Cut{}},
+			[]map[string]CutCounters{{"http.a": {5, 0, 5}}, {"http.a": {1, 0, 1}}, {"http.a": {3, 0, 1}}}, Cut{2, 0}},
+		{"a manager gone and back starts again", []map[string]CutCounters{{"http.a": {1, 0, 1}}, nil, {"http.a": {4, 0, 4}}}, Cut{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var w cutWatch
+			var sum Cut
 			for _, p := range tt.polls {
-				w.observe(p)
+				a := w.observe(p)
+				sum.Requests, sum.Connections = sum.Requests+a.Requests, sum.Connections+a.Connections
 			}
-			if w.total != tt.want {
-				t.Errorf("total = %+v, want %+v", w.total, tt.want)
+			if w.total != tt.want || sum != tt.want {
+				t.Errorf("total = %+v, increases add up to %+v, want %+v", w.total, sum, tt.want)
 			}
 		})
 	}
