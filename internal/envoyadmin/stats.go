@@ -24,7 +24,8 @@ import (
 // three HTTP managers besides the admin's, one with the health_check filter).
 //
 // And per HTTP manager the three counters a drain reports the work the client side cut from
-// (HTTPGauges.RequestsRxReset, RequestsTxReset and ConnectionsCutActive): three stats more per manager.
+// (HTTPGauges.RequestsRxReset, RequestsTxReset and ConnectionsCutActive): three stats more per manager, 2,775
+// bytes in all for the same Envoy (measured by TestReadinessListenerConfig on 1.36.2 to 1.40.0).
 const ActiveFilter = `^(listener\..*\.downstream_cx_(active|total)|http\..*\.(downstream_(cx_active|cx_upgrades_active|rq_active|rq_total|rq_rx_reset|rq_tx_reset|cx_destroy_remote_active_rq)|health_check\.request_total))$`
 
 // StatsQuery is the query of the drain's poll: ActiveFilter's stats, as JSON. It has no type= (counters and
