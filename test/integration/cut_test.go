@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -35,8 +37,8 @@ func openH1(t *testing.T, addr string, n int, d time.Duration) []net.Conn {
 	return conns
 }
 
-// openH2 sends n GET /sleep?d=<d> as streams of one h2c connection; cancel resets them (RST_STREAM) and
-// waits until every round trip has returned.
+// openH2 sends n GET /sleep?d=<d> as streams of one h2c connection, each read to its end; cancel resets
+// them (RST_STREAM) and waits until every round trip has returned.
 func openH2(ctx context.Context, t *testing.T, addr string, n int, d time.Duration) (cancel func()) {
 	t.Helper()
 	tr := &http.Transport{}
@@ -48,6 +50,7 @@ func openH2(ctx context.Context, t *testing.T, addr string, n int, d time.Durati
 		wg.Go(func() {
 			req, _ := http.NewRequestWithContext(sctx, http.MethodGet, "http://"+addr+"/sleep?d="+d.String(), nil)
 			if resp, err := tr.RoundTrip(req); err == nil {
+				io.Copy(io.Discard, resp.Body) //nolint:errcheck // read to its end or reset: closing it sooner would reset the stream
 				resp.Body.Close()
 			}
 		})
@@ -138,5 +141,91 @@ func TestDrainNoCutWhenRequestsComplete(t *testing.T) {
 				t.Errorf("cut_by_client_total{kind=%s} = %s, want 0", kind, got)
 			}
 		}
+	})
+}
+
+// cuttingUpstream is an HTTP/1.1 origin that answers every request with its headers and part of its body,
+// then, once cut is closed, closes the connection mid-response: Envoy passes the reset on to its client.
+func cuttingUpstream(t *testing.T) (addr string, requests <-chan struct{}, cut chan<- struct{}) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, release := make(chan struct{}, 16), make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if line == "\r\n" {
+						break
+					}
+				}
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npartial"); err != nil {
+					return
+				}
+				got <- struct{}{}
+				select {
+				case <-release:
+				case <-t.Context().Done():
+				}
+			})
+		}
+	})
+	return ln.Addr().String(), got, release
+}
+
+// The resets Envoy sends are not the client's: requests whose upstream closes mid-response during the drain
+// are reset by Envoy (downstream_rq_tx_reset, and downstream_rq_rx_reset too), on HTTP/1.1 and HTTP/2, and the
+// drain reports nothing cut by the client. The poll that releases it (downstream_rq_active at 0) reads the
+// counters too: Envoy counts a reset before it destroys the stream, and /stats reads the gauge first.
+func TestDrainDoesNotCountEnvoysResets(t *testing.T) {
+	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
+		addr, requests, cut := cuttingUpstream(t)
+		up := testbed.StartUpstreamTB(t)
+		e := testbed.StartTB(t, bin, &testbed.Upstream{HTTPAddr: addr, TCPAddr: up.TCPAddr}, testbed.Options{})
+		ctx := testContext(t)
+		openH1(t, e.HTTPAddr, 2, time.Minute)
+		openH2(ctx, t, e.HTTPAddr, 2, time.Minute)
+		for range 4 {
+			select {
+			case <-requests:
+			case <-ctx.Done():
+				t.Fatal("the upstream did not receive 4 requests")
+			}
+		}
+		waitStat(t, e, "http.ingress_http.downstream_rq_active", 4)
+
+		p, a := serve(t, e, cutFlags...)
+		go a.get(ctx, "/shutdown") //nolint:errcheck // the drain's outcome is read from the log and /status
+		a.waitStatus(t, 10*time.Second, func(st status) bool { return st.CutByClient != nil })
+		close(cut)
+		waitStat(t, e, "http.ingress_http.downstream_rq_tx_reset", 4) // the two HTTP/1.1 requests and the two streams
+
+		f := p.finished(t, 15*time.Second)
+		if f.Outcome != "drained" || f.Open != 0 || strings.Contains(f.Reason, "cut") {
+			t.Errorf("outcome %s, open %v, reason %q; want drained with nothing cut by the client", f.Outcome, f.Open, f.Reason)
+		}
+		st := a.waitStatus(t, 5*time.Second, func(st status) bool { return st.Outcome != "" })
+		if st.CutByClient == nil || st.CutByClient.Requests != 0 || st.CutByClient.Connections != 0 {
+			t.Errorf("/status cut_by_client = %+v, want 0 requests, 0 connections", st.CutByClient)
+		}
+		stats, err := e.Stats(ctx, `^http\.ingress_http\.downstream_(rq_(rx|tx)_reset|cx_destroy.*)$`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("envoy %s: %v", bin.Version, stats)
 	})
 }
