@@ -63,6 +63,11 @@ type Counts struct {
 	// between the two sees one request too many or too few for one poll, which can only restart the quiet
 	// period (hold longer), never end it sooner.
 	Watched map[string]int64
+	// Cut are the counters of work the client side cut (envoyadmin.HTTPGauges.RequestsRxReset,
+	// RequestsTxReset and ConnectionsCutActive), by raw scope, of the HTTP managers of the counted groups that are not readiness
+	// endpoints only (a probe cut by its checker is no lost traffic). Counters since Envoy started: a drain
+	// reports their increase (cutWatch).
+	Cut map[string]CutCounters
 }
 
 // Kinds is work in flight by kind. Envoy's stats tell upgraded connections (WebSocket and other upgrades:
@@ -227,6 +232,21 @@ func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel S
 		c.Kinds.Upgraded = addSat(c.Kinds.Upgraded, grp.Upgraded)
 		c.Kinds.Requests = addSat(c.Kinds.Requests, max(0, grp.Requests-grp.Upgraded))
 		c.Kinds.NonHTTP = addSat(c.Kinds.NonHTTP, grp.NonHTTP)
+		if !grp.HealthChecks {
+			for _, n := range members {
+				if !n.manager {
+					continue
+				}
+				for _, raw := range n.raw {
+					if c.Cut == nil {
+						c.Cut = map[string]CutCounters{}
+					}
+					h := snap.HTTP[raw]
+					c.Cut[raw] = CutCounters{RxReset: max(0, h.RequestsRxReset), TxReset: max(0, h.RequestsTxReset),
+						CxRemote: max(0, h.ConnectionsCutActive)}
+				}
+			}
+		}
 		if topo != nil && !grp.HealthChecks {
 			if c.Watched == nil {
 				c.Watched = map[string]int64{}

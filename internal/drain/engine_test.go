@@ -45,6 +45,9 @@ type fakeAdmin struct {
 	cxTotal, rqTotal, upgrades int64
 	readiness                  bool
 	probes                     int64
+	// Counters of work the client cut (cut_test.go): the ingress manager's downstream_rq_rx_reset and
+	// downstream_cx_destroy_remote_active_rq, and the readiness manager's rx resets.
+	rxReset, cxCut, probeResets int64
 }
 
 func newFake(inflight int64) *fakeAdmin {
@@ -112,10 +115,11 @@ func (f *fakeAdmin) Stats(ctx context.Context) (envoyadmin.Snapshot, error) {
 	snap.ListenerTotals = map[string]int64{"listener.0.0.0.0_8080": f.cxTotal, "listener.admin": int64(f.statsCall.Load())}
 	g := snap.HTTP["http.ingress"]
 	g.Upgrades, g.RequestsTotal = f.upgrades, f.rqTotal
+	g.RequestsRxReset, g.ConnectionsCutActive = f.rxReset, f.cxCut
 	snap.HTTP["http.ingress"] = g
 	if f.readiness {
 		snap.Listeners["listener.ready"], snap.ListenerTotals["listener.ready"] = 0, f.probes
-		snap.HTTP["http.ready"] = envoyadmin.HTTPGauges{RequestsTotal: f.probes}
+		snap.HTTP["http.ready"] = envoyadmin.HTTPGauges{RequestsTotal: f.probes, RequestsRxReset: f.probeResets}
 	}
 	return snap, nil
 }

@@ -18,6 +18,7 @@ type Metrics struct {
 	newTrafficCx  prometheus.Counter
 	newTrafficRq  prometheus.Counter
 	inFlightKind  *prometheus.GaugeVec
+	cut           *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: not registered, for tests and one-shot use).
@@ -57,12 +58,18 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "shutdown_manager_in_flight_by_kind",
 			Help: "Work in flight at the last poll by kind: upgraded_connections (WebSockets), requests (and streams), non_http_connections.",
 		}, []string{"kind"}),
+		cut: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shutdown_manager_drain_cut_by_client_total",
+			Help: "Work in flight the client side cut during drains (after health checks failed), on the counted HTTP managers: requests (reset or closed under while in flight) and connections (closed by the peer with a request in flight). A client giving up and a load balancer killing sessions look alike.",
+		}, []string{"kind"}),
 	}
+	m.cut.WithLabelValues("requests")
+	m.cut.WithLabelValues("connections")
 	for _, o := range Outcomes {
 		m.drains.WithLabelValues(string(o))
 	}
 	if reg != nil {
-		reg.MustRegister(m.phase, m.inFlight, m.duration, m.drains, m.adminRequests, m.phaseEnds, m.newTrafficCx, m.newTrafficRq, m.inFlightKind)
+		reg.MustRegister(m.phase, m.inFlight, m.duration, m.drains, m.adminRequests, m.phaseEnds, m.newTrafficCx, m.newTrafficRq, m.inFlightKind, m.cut)
 	}
 	return m
 }
@@ -106,6 +113,11 @@ func (m *Metrics) phaseEnded(pe PhaseEnd) {
 func (m *Metrics) newTraffic(cx, rq int64) {
 	m.newTrafficCx.Add(float64(cx))
 	m.newTrafficRq.Add(float64(rq))
+}
+
+func (m *Metrics) cutByClient(c Cut) {
+	m.cut.WithLabelValues("requests").Add(float64(c.Requests))
+	m.cut.WithLabelValues("connections").Add(float64(c.Connections))
 }
 
 func (m *Metrics) setKinds(k *Kinds) {

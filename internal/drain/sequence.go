@@ -49,6 +49,9 @@ type Result struct {
 	Open     OpenCount     // the last count read; Unknown if none was read
 	Duration time.Duration // from trigger to release
 	Phases   []PhaseEnd    // why each phase ended, in order
+	// Cut is the work in flight the client side cut from the first poll after health checks failed to the
+	// release (see Cut: a client giving up and a load balancer killing sessions look alike).
+	Cut Cut
 }
 
 // PhaseEnd says when and why a phase of a drain ended.
@@ -119,16 +122,19 @@ type Status struct {
 	// HealthChecksFailed is when Envoy started failing its health checks; the floor and the quiet period
 	// count from there.
 	HealthChecksFailed *time.Time `json:"health_checks_failed,omitempty"`
-	Quiet              *Quiet     `json:"quiet,omitempty"`       // the quiet period's view of new traffic; nil when it is off
-	Phases             []PhaseEnd `json:"phases,omitempty"`      // the phases ended so far, and why
-	CountBasis         string     `json:"count_basis,omitempty"` // "listener_config" or "fallback: <why>"
-	Started            *time.Time `json:"started,omitempty"`
-	Deadline           *time.Time `json:"deadline,omitempty"`
-	Elapsed            Seconds    `json:"elapsed_seconds"`
-	Outcome            Outcome    `json:"outcome,omitempty"`
-	Reason             string     `json:"reason,omitempty"`
-	EnvoyState         string     `json:"envoy_state,omitempty"`
-	LastError          string     `json:"last_error,omitempty"`
+	Quiet              *Quiet     `json:"quiet,omitempty"` // the quiet period's view of new traffic; nil when it is off
+	// CutByClient is the work in flight the client side cut since the first poll after health checks
+	// failed, on the counted HTTP managers (see Cut); nil before that poll.
+	CutByClient *Cut       `json:"cut_by_client,omitempty"`
+	Phases      []PhaseEnd `json:"phases,omitempty"`      // the phases ended so far, and why
+	CountBasis  string     `json:"count_basis,omitempty"` // "listener_config" or "fallback: <why>"
+	Started     *time.Time `json:"started,omitempty"`
+	Deadline    *time.Time `json:"deadline,omitempty"`
+	Elapsed     Seconds    `json:"elapsed_seconds"`
+	Outcome     Outcome    `json:"outcome,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	EnvoyState  string     `json:"envoy_state,omitempty"`
+	LastError   string     `json:"last_error,omitempty"`
 	// Misconfigured says why Envoy's admin address is wrong, once the drain has found it (see evidence.go).
 	Misconfigured string `json:"misconfigured,omitempty"`
 	Polls         int    `json:"polls"`
@@ -160,12 +166,17 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 		log.Info("drain phase ended", "phase", string(pe.Phase), "cause", string(cause), "reason", reason,
 			"elapsed", time.Duration(pe.Elapsed).Round(time.Millisecond).String())
 	}
+	var cut cutWatch
 	finish := func(o Outcome, format string, args ...any) Result {
-		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started), Reason: fmt.Sprintf(format, args...)}
+		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started), Reason: fmt.Sprintf(format, args...), Cut: cut.total}
 		if parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
 			// The engine was stopped: whatever the step was waiting for, say who stopped it.
 			r.Outcome = OutcomeCanceled
 			r.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(parent), since(d.started), openText(st.Open))
+		}
+		if text := r.Cut.Text(); text != "" {
+			// "0 in flight" alone would hide them: they left the count without being answered.
+			r.Reason += "; " + text
 		}
 		cause := map[Outcome]Cause{OutcomeDrained: CauseDrained, OutcomeTimeout: CauseDeadline, OutcomeEnvoyGone: CauseEnvoyGone,
 			OutcomeError: CauseError, OutcomeCanceled: CauseCanceled, OutcomeMisconfigured: CauseMisconfigured}[r.Outcome]
@@ -248,6 +259,12 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			}
 			st.Open, st.Listeners, st.Excluded, st.LastError = OpenCount(c.Open), c.Scopes, c.Excluded, ""
 			st.Groups, st.CountBasis, st.InFlight = c.Groups, c.Basis, new(c.Kinds)
+			if added := cut.observe(c.Cut); !added.zero() {
+				e.metrics.cutByClient(added)
+				log.Warn("the client side cut work in flight", "requests", added.Requests, "connections", added.Connections,
+					"elapsed", since(d.started))
+			}
+			st.CutByClient = new(cut.total)
 			if quiet != nil && quiet.ended == "" {
 				if cx, rq := quiet.observe(time.Now(), c.Watched, c.Basis); cx > 0 || rq > 0 {
 					e.metrics.newTraffic(cx, rq)

@@ -63,6 +63,8 @@ func TestParseStats(t *testing.T) {
 			Snapshot{Listeners: map[string]int64{}, HTTP: map[string]HTTPGauges{}}, false},
 		{"the health_check filter's counter", `{"stats":[{"name":"http.app.downstream_rq_total","value":7},{"name":"http.app.health_check.request_total","value":5},{"name":"http.app.health_check.ok","value":5}]}`,
 			Snapshot{Listeners: map[string]int64{}, HTTP: map[string]HTTPGauges{"http.app": {RequestsTotal: 7, HealthChecksTotal: 5}}}, false},
+		{"counters of work the client cut", `{"stats":[{"name":"http.app.downstream_rq_rx_reset","value":6},{"name":"http.app.downstream_cx_destroy_remote_active_rq","value":4},{"name":"http.app.downstream_rq_tx_reset","value":2},{"name":"http.app.downstream_cx_destroy_active_rq","value":9}]}`,
+			Snapshot{Listeners: map[string]int64{}, HTTP: map[string]HTTPGauges{"http.app": {RequestsRxReset: 6, RequestsTxReset: 2, ConnectionsCutActive: 4}}}, false},
 		{"not JSON", `<html>`, Snapshot{}, true},
 		{"no stats array", `{}`, Snapshot{}, true},
 		{"negative gauge", `{"stats":[{"name":"listener.x.downstream_cx_active","value":-1}]}`, Snapshot{}, true},

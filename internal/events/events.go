@@ -87,6 +87,9 @@ func Finished(d *drain.Drain, st drain.Status) Event {
 				note += "; " + p.Reason // why the quiet period ended: "no new connection for 3s, 7.2s after health checks failed"
 			}
 		}
+		if text := r.Cut.Text(); text != "" {
+			note += "; " + text // left the count unanswered: "0 in flight" alone would hide them
+		}
 		return Event{Type: TypeNormal, Reason: ReasonDrained, Note: Note(note)}
 	case drain.OutcomeTimeout:
 		text := r.Reason

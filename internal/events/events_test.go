@@ -26,6 +26,8 @@ type admin struct {
 	inflight int64
 	fail     error // returned by HealthcheckFail when set
 	live     bool  // after HealthcheckOK, until HealthcheckFail
+	cut      int64 // requests the client side cuts after the first poll (each closing its connection)
+	polls    int
 }
 
 func (a *admin) HealthcheckFail(ctx context.Context) error {
@@ -54,9 +56,15 @@ func (a *admin) ServerState(context.Context) (envoyadmin.ServerState, error) {
 func (a *admin) Stats(context.Context) (envoyadmin.Snapshot, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.polls++
+	var cut int64
+	if a.polls > 1 {
+		cut = a.cut
+	}
 	return envoyadmin.Snapshot{
 		Listeners: map[string]int64{"listener.0.0.0.0_8080": a.inflight + 3, "listener.0.0.0.0_9000": 0},
-		HTTP:      map[string]envoyadmin.HTTPGauges{"http.ingress": {Connections: a.inflight + 3, Requests: a.inflight}},
+		HTTP: map[string]envoyadmin.HTTPGauges{"http.ingress": {Connections: a.inflight + 3, Requests: a.inflight,
+			RequestsRxReset: 7 + cut, ConnectionsCutActive: 5 + cut}},
 	}, nil
 }
 func (a *admin) ListenerConfig(context.Context) (envoyadmin.Topology, error) {
@@ -93,6 +101,7 @@ func TestWatch(t *testing.T) {
 		name     string
 		inflight int64
 		fail     error
+		cut      int64
 		cancel   bool // stop the engine during the drain
 		witness  drain.Verdict
 		want     []string
@@ -101,6 +110,10 @@ func TestWatch(t *testing.T) {
 	}{
 		{name: "drained", want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
 			wantNote: []string{"drained in 5s, 0 in flight left"}},
+		{name: "drained, requests cut", cut: 3, want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
+			wantNote: []string{"drained in 5s, 0 in flight left; the client side cut 3 requests in flight (closing 3 connections under them) during the drain"}},
+		{name: "timed out, requests cut", inflight: 2, cut: 1, want: []string{ReasonDrainStarted, ReasonDrainTimedOut}, wantType: "Warning",
+			wantNote: []string{"deadline 20s reached with 2 in flight", "the client side cut 1 request in flight (closing 1 connection under them) during the drain"}},
 		{name: "timed out", inflight: 2, want: []string{ReasonDrainStarted, ReasonDrainTimedOut}, wantType: "Warning",
 			wantNote: []string{"deadline 20s reached with 2 in flight", "still in flight: listener.0.0.0.0_8080 + http.ingress: 2 requests"}},
 		{name: "envoy gone", fail: fmt.Errorf("POST /healthcheck/fail: %w: connection refused", envoyadmin.ErrUnreachable),
@@ -130,7 +143,7 @@ func TestWatch(t *testing.T) {
 						return drain.Evidence{Verdict: drain.VerdictMisconfigured, Text: "envoy pid 12 is running"}
 					})
 				}
-				e, err := drain.New(cfg, &admin{inflight: tt.inflight, fail: tt.fail}, discard(), nil)
+				e, err := drain.New(cfg, &admin{inflight: tt.inflight, fail: tt.fail, cut: tt.cut}, discard(), nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -294,6 +294,11 @@ type status struct {
 	State   string `json:"state"`
 	Open    int64  `json:"open"`
 	Outcome string `json:"outcome"`
+	// CutByClient is the work in flight the client side cut during the drain (cut_test.go).
+	CutByClient *struct {
+		Requests    int64 `json:"requests"`
+		Connections int64 `json:"connections"`
+	} `json:"cut_by_client"`
 }
 
 // waitStatus polls /status until cond holds, for at most d.
