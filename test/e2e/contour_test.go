@@ -23,6 +23,8 @@ package e2e
 //     Contour control plane runs, so its xDS server, the `envoycert` Secret and its volume are not there either.
 //   - The DaemonSet's pod template runs under a Deployment of 3 replicas: on a single node a DaemonSet has one pod,
 //     and deleting it would leave the Service with no endpoint at all, whatever the drain.
+//   - Taken over with --admin-address=unix:///admin/admin.sock: without the init container nothing in the pod
+//     writes Envoy's -c file, and the takeover refuses to guess the admin address (docs/migrate.md).
 //   - Taken over only: the pod's ServiceAccount token is mounted (Contour sets automountServiceAccountToken: false)
 //     and deploy/common/envoy-events-rbac.yaml is applied (its ServiceAccount is `envoy`, Contour's): our manager
 //     records its Events with that token. docs/migrate-contour.md gives the same step.
@@ -432,6 +434,12 @@ func contourObjects(ctx context.Context, t *testing.T, root, manager, contour, d
 	w, err := yaml.Marshal(workload)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if slices.Contains(injectArgs, "--takeover") {
+		// Contour's init container that writes Envoy's -c file is replaced here by a ConfigMap, so the pod no
+		// longer shows which admin Envoy uses and the takeover refuses without it (docs/migrate.md): give the
+		// socket the real `contour bootstrap` put in that file (contourBootstrap checks it is this one).
+		injectArgs = append(slices.Clip(injectArgs), "--admin-address=unix://"+contourAdminSocket)
 	}
 	if injectArgs != nil {
 		// The image by name: the e2e's build is a development build, which has no default image.
