@@ -3,6 +3,7 @@ package drain
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"maps"
 	"math"
 	"os"
@@ -569,4 +570,22 @@ func with(s envoyadmin.Snapshot, f func(s *envoyadmin.Snapshot)) envoyadmin.Snap
 	c := envoyadmin.Snapshot{Listeners: maps.Clone(s.Listeners), HTTP: maps.Clone(s.HTTP), ListenerTotals: maps.Clone(s.ListenerTotals)}
 	f(&c)
 	return c
+}
+
+// An unknown count reads the same in the log's two formats: null, never -1.
+func TestOpenCountInBothLogFormats(t *testing.T) {
+	for _, tc := range []struct {
+		n    OpenCount
+		want string
+	}{{Unknown, "null"}, {0, "0"}, {7, "7"}} {
+		var text, js strings.Builder
+		slog.New(slog.NewTextHandler(&text, nil)).Info("m", "open", tc.n)
+		slog.New(slog.NewJSONHandler(&js, nil)).Info("m", "open", tc.n)
+		if !strings.Contains(text.String(), " open="+tc.want+"\n") {
+			t.Errorf("text: %q, want open=%s", text.String(), tc.want)
+		}
+		if !strings.Contains(js.String(), `"open":`+tc.want+"}") {
+			t.Errorf("json: %q, want \"open\":%s", js.String(), tc.want)
+		}
+	}
 }

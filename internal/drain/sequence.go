@@ -92,6 +92,12 @@ func (n OpenCount) Known() bool { return n >= 0 }
 
 // MarshalJSON writes the count, or null when it is unknown.
 func (n OpenCount) MarshalJSON() ([]byte, error) {
+	return n.MarshalText()
+}
+
+// MarshalText writes the count, or null when it is unknown: slog's text format then says what its JSON format
+// says (open=null, not open=-1).
+func (n OpenCount) MarshalText() ([]byte, error) {
 	if !n.Known() {
 		return []byte("null"), nil
 	}
