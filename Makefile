@@ -55,8 +55,10 @@ kube:
 helm:
 	./scripts/helm-binary.sh >/dev/null
 
-# A real Envoy under load, terminated twice: plain SIGTERM, then through the shutdown manager.
-demo: envoy build
+# A real Envoy under load, terminated twice: plain SIGTERM, then through the shutdown manager. It installs only the
+# newest pinned Envoy (the one it runs); make envoy installs them all.
+demo: build
+	ENVOY_VERSIONS="$$(awk '!/^#/ && NF { print $$1; exit }' test/envoy-versions.txt)" ./scripts/install-envoy.sh
 	$(GO) run ./demo
 
 # Six termination policies (ours as serve and run, plain SIGTERM, fixed wait, Contour's and Envoy Gateway's:
