@@ -59,7 +59,7 @@ helm:
 # newest pinned Envoy (the one it runs); make envoy installs them all.
 demo: build
 	ENVOY_VERSIONS="$$(awk '!/^#/ && NF { print $$1; exit }' test/envoy-versions.txt)" ./scripts/install-envoy.sh
-	$(GO) run ./demo
+	ENVOY_BIN="$${ENVOY_BIN:-$(CURDIR)/.tools/bin/envoy}" $(GO) run ./demo
 
 # Six termination policies (ours as serve and run, plain SIGTERM, fixed wait, Contour's and Envoy Gateway's:
 # Contour's real binary, built from the Go module proxy and cached like the e2e's (CONTOUR_BIN=model: its
