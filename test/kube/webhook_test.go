@@ -140,6 +140,12 @@ func TestWebhook(t *testing.T) {
 				for k, v := range extra {
 					p.Annotations[k] = v
 				}
+				// The settings' example admin address is a unix socket in /var/run/envoy: Envoy keeps it in a volume
+				// of its own, as it must for a sidecar to reach it (inject mounts that volume into the sidecar).
+				p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "envoy-admin",
+					VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+				p.Spec.Containers[0].VolumeMounts = append(p.Spec.Containers[0].VolumeMounts,
+					corev1.VolumeMount{Name: "envoy-admin", MountPath: "/var/run/envoy"})
 			})
 		}
 		hook := annotated("every-setting", nil)
