@@ -59,10 +59,13 @@ type Counts struct {
 	// from a client's), and downstream_rq_total of their HTTP managers, less health_check.request_total (the
 	// probes) on a manager that runs the health_check filter. Nil without the listener configuration: it
 	// alone tells a readiness listener's probes from traffic. Envoy counts a probe in both counters within
-	// one callback on a worker, and one /stats answer reads them one after the other: a poll that falls
-	// between the two sees one request too many or too few for one poll, which can only restart the quiet
-	// period (hold longer), never end it sooner.
+	// one callback on a worker, and one /stats answer reads them one after the other: on a mixed manager the
+	// requests still in flight are left out (a probe between its two counts is in flight), and Rising keeps
+	// the dip of a probe answered but still in flight from reading as a new request.
 	Watched map[string]int64
+	// Rising are the scopes of Watched whose value can dip for a moment (a mixed manager's: its probes
+	// answered but still in flight) and must be read as the highest seen: a dip is no new traffic on recovery.
+	Rising map[string]bool
 	// Cut are the counters of work the client side cut (envoyadmin.HTTPGauges.RequestsRxReset,
 	// RequestsTxReset and ConnectionsCutActive), by raw scope, of the HTTP managers of the counted groups that are not readiness
 	// endpoints only (a probe cut by its checker is no lost traffic). Counters since Envoy started: a drain
@@ -253,7 +256,18 @@ func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel S
 			}
 			for _, n := range members {
 				for _, raw := range n.raw {
-					if n.manager {
+					if n.manager && grp.MixedHealthChecks {
+						// Requests are counted once they are no longer in flight: Envoy counts a probe in
+						// downstream_rq_total a moment before health_check.request_total, and it is in flight
+						// meanwhile, so a /stats read between the two no longer shows it as a request. A read
+						// while the probe, answered, is still in flight shows one less: Rising.
+						h := snap.HTTP[raw]
+						c.Watched[raw] = max(0, h.RequestsTotal-h.HealthChecksTotal-h.Requests)
+						if c.Rising == nil {
+							c.Rising = map[string]bool{}
+						}
+						c.Rising[raw] = true
+					} else if n.manager {
 						h := snap.HTTP[raw]
 						c.Watched[raw] = max(0, h.RequestsTotal-h.HealthChecksTotal)
 					} else if v, ok := snap.ListenerTotals[raw]; ok && !grp.MixedHealthChecks {

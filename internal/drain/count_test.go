@@ -289,20 +289,29 @@ func TestCountWatched(t *testing.T) {
 	// The quiet period sees a mixed listener's requests and not its probes: three probes (each a new
 	// connection and a request the filter answers) and two requests on one keep-alive connection.
 	q := newQuietWatch(time.Second, time.Unix(0, 0))
-	q.observe(time.Unix(1, 0), c.Watched, c.Basis)
+	q.observe(time.Unix(1, 0), c.Watched, c.Rising, c.Basis)
 	probes := with(snap, func(s *envoyadmin.Snapshot) {
 		s.ListenerTotals["listener.checked"] += 3
 		s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 73, HealthChecksTotal: 48}
 	})
 	c = Count(probes, topo, ModeInflight, Selector{})
-	if cx, rq := q.observe(time.Unix(2, 0), c.Watched, c.Basis); cx != 0 || rq != 0 {
+	if cx, rq := q.observe(time.Unix(2, 0), c.Watched, c.Rising, c.Basis); cx != 0 || rq != 0 {
 		t.Errorf("probes on the mixed listener: %d new connections, %d new requests; want none", cx, rq)
 	}
+	// A /stats read inside Envoy's counting of one probe: counted as a request but not yet by the filter
+	// (and in flight), then answered by the filter but still in flight: neither is new traffic, then or after.
+	for i, mid := range []envoyadmin.HTTPGauges{{RequestsTotal: 74, HealthChecksTotal: 48, Requests: 1},
+		{RequestsTotal: 74, HealthChecksTotal: 49, Requests: 1}, {RequestsTotal: 74, HealthChecksTotal: 49}} {
+		c = Count(with(probes, func(s *envoyadmin.Snapshot) { s.HTTP["http.checked"] = mid }), topo, ModeInflight, Selector{})
+		if cx, rq := q.observe(time.Unix(2, int64(i+1)), c.Watched, c.Rising, c.Basis); cx != 0 || rq != 0 {
+			t.Errorf("a probe read mid-count (%+v): %d new connections, %d new requests; want none", mid, cx, rq)
+		}
+	}
 	traffic := with(probes, func(s *envoyadmin.Snapshot) {
-		s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 75, HealthChecksTotal: 48}
+		s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 76, HealthChecksTotal: 49}
 	})
 	c = Count(traffic, topo, ModeInflight, Selector{})
-	if cx, rq := q.observe(time.Unix(3, 0), c.Watched, c.Basis); cx != 0 || rq != 2 {
+	if cx, rq := q.observe(time.Unix(3, 0), c.Watched, c.Rising, c.Basis); cx != 0 || rq != 2 {
 		t.Errorf("traffic on the mixed listener: %d new connections, %d new requests; want 0 and 2", cx, rq)
 	}
 }

@@ -2,6 +2,7 @@ package drain
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 )
@@ -57,7 +58,8 @@ func newQuietWatch(period time.Duration, failed time.Time) *quietWatch {
 }
 
 // observe records a poll's watched counters, read at now. basis is the count's basis (why Watched is nil).
-func (q *quietWatch) observe(now time.Time, watched map[string]int64, basis string) (newCx, newRq int64) {
+// rising are the scopes read at their highest value so far (Counts.Rising): one that falls keeps its high.
+func (q *quietWatch) observe(now time.Time, watched map[string]int64, rising map[string]bool, basis string) (newCx, newRq int64) {
 	q.polled = true
 	q.watched, q.basis = watched != nil, basis
 	if watched == nil {
@@ -78,7 +80,16 @@ func (q *quietWatch) observe(now time.Time, watched map[string]int64, basis stri
 			}
 		}
 	}
-	q.prev = watched
+	next, cloned := watched, false
+	for scope := range rising {
+		if p, ok := q.prev[scope]; ok && watched[scope] < p {
+			if !cloned {
+				next, cloned = maps.Clone(watched), true
+			}
+			next[scope] = p
+		}
+	}
+	q.prev = next
 	if newCx > 0 || newRq > 0 {
 		q.last, q.lastCx, q.lastRq = now, newCx > 0, newRq > 0
 		q.newCx, q.newRq = addSat(q.newCx, newCx), addSat(q.newRq, newRq)

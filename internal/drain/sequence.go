@@ -272,7 +272,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 			}
 			st.CutByClient = new(cut.total)
 			if quiet != nil && quiet.ended == "" {
-				if cx, rq := quiet.observe(time.Now(), c.Watched, c.Basis); cx > 0 || rq > 0 {
+				if cx, rq := quiet.observe(time.Now(), c.Watched, c.Rising, c.Basis); cx > 0 || rq > 0 {
 					e.metrics.newTraffic(cx, rq)
 					log.Debug("new traffic", "connections", cx, "requests", rq, "elapsed", since(d.started))
 				}
