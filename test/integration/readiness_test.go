@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"net/http"
 	"net/url"
 	"os"
@@ -36,18 +37,7 @@ func TestReadinessListenerConfig(t *testing.T) {
 		probe(t, e, 2)
 		waitStat(t, e, "http.ingress_http.downstream_cx_upgrades_active", 1)
 
-		config, err := e.AdminGet(ctx, "/config_dump?"+envoyadmin.ListenerConfigQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stats, err := e.AdminGet(ctx, "/stats?"+envoyadmin.StatsQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		topo, err := envoyadmin.ParseListenerConfig(strings.NewReader(string(config)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		config, stats, topo := pollAnswers(ctx, t, e)
 		hc := readinessManagers(topo)
 		if want := map[string][]string{"listener.ready": {"http.ready"}}; !reflect.DeepEqual(hc, want) {
 			t.Errorf("health-check managers by listener = %v, want %v", hc, want)
@@ -119,18 +109,7 @@ func TestHealthCheckedListenerConfig(t *testing.T) {
 		send(probes, testbed.ReadinessPath, 2, http.StatusServiceUnavailable)
 		send(clients, "/", 1, http.StatusOK)
 
-		config, err := e.AdminGet(ctx, "/config_dump?"+envoyadmin.ListenerConfigQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stats, err := e.AdminGet(ctx, "/stats?"+envoyadmin.StatsQuery)
-		if err != nil {
-			t.Fatal(err)
-		}
-		topo, err := envoyadmin.ParseListenerConfig(strings.NewReader(string(config)))
-		if err != nil {
-			t.Fatal(err)
-		}
+		config, stats, topo := pollAnswers(ctx, t, e)
 		mixed := map[string][]string{}
 		for _, l := range topo.Listeners {
 			if l.MixedHealthCheck != nil {
@@ -192,4 +171,23 @@ func readinessManagers(topo envoyadmin.Topology) map[string][]string {
 		}
 	}
 	return hc
+}
+
+// pollAnswers reads what a drain's poll reads from e: the listener configuration (parsed) and the stats
+// answer, both as Envoy wrote them (for -update's fixtures).
+func pollAnswers(ctx context.Context, t *testing.T, e *testbed.Envoy) (config, stats []byte, topo envoyadmin.Topology) {
+	t.Helper()
+	config, err := e.AdminGet(ctx, "/config_dump?"+envoyadmin.ListenerConfigQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stats, err = e.AdminGet(ctx, "/stats?"+envoyadmin.StatsQuery)
+	if err != nil {
+		t.Fatal(err)
+	}
+	topo, err = envoyadmin.ParseListenerConfig(strings.NewReader(string(config)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return config, stats, topo
 }
