@@ -260,9 +260,11 @@ func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel S
 						// Requests are counted once they are no longer in flight: Envoy counts a probe in
 						// downstream_rq_total a moment before health_check.request_total, and it is in flight
 						// meanwhile, so a /stats read between the two no longer shows it as a request. A read
-						// while the probe, answered, is still in flight shows one less: Rising.
+						// while the probe, answered, is still in flight shows one less: Rising. That dip can go below
+						// zero, and a request ending during it still shows as one more; only more probes than
+						// requests, which Envoy never shows, count as none.
 						h := snap.HTTP[raw]
-						c.Watched[raw] = max(0, h.RequestsTotal-h.HealthChecksTotal-h.Requests)
+						c.Watched[raw] = max(0, h.RequestsTotal-h.HealthChecksTotal) - h.Requests
 						if c.Rising == nil {
 							c.Rising = map[string]bool{}
 						}

@@ -268,6 +268,12 @@ func TestCountWatched(t *testing.T) {
 		{"health checks above the requests (never in Envoy) count as none", with(snap, func(s *envoyadmin.Snapshot) {
 			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 3, HealthChecksTotal: 5}
 		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": 0}},
+		{"a probe answered but in flight dips below zero, so a request ending meanwhile still shows", with(snap, func(s *envoyadmin.Snapshot) {
+			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{Requests: 1, RequestsTotal: 5 + 1, HealthChecksTotal: 5}
+		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": 0}},
+		{"a probe answered but in flight dips below zero", with(snap, func(s *envoyadmin.Snapshot) {
+			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{Requests: 1, RequestsTotal: 5, HealthChecksTotal: 5}
+		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": -1}},
 		{"an excluded group is not watched", snap, topo, Selector{Exclude: []*regexp.Regexp{regexp.MustCompile(`checked`)}},
 			map[string]int64{"listener.app": 10, "http.app": 11}},
 		{"without the configuration nothing is", snap, nil, Selector{}, nil},
