@@ -98,7 +98,13 @@ bench-webhook: build
 # Everything CI runs before the e2e, each tier a target named for what it runs: vet, the pure tests, the real
 # Envoy (and containerd) tests, the real kube-apiserver tests on two Kubernetes lines, fuzzing. Each tier's
 # prerequisites build or install what it needs, so `make test` works on a fresh machine (.ci/run calls it).
-test: envoy kube helm vet unit integration apiserver fuzz
+# scripts/test.sh runs the tiers in three lanes side by side, the builds beside the tiers that need none of them.
+test:
+	./scripts/test.sh
+
+# What the integration and apiserver tiers build first. scripts/test.sh builds them in a lane of their own and runs
+# those tiers with BUILDS= : a test that needs a Kubernetes binary or Helm waits for its build (kubetest, helm-binary.sh).
+BUILDS ?= kube helm
 
 # The packages whose tests start real parts; `unit` runs every other package.
 ENVOY_PKGS     := ./test/integration ./internal/testbed ./bench
@@ -123,12 +129,12 @@ unit:
 # on the oldest and newest line, the count and drain tests on every line, Events on a real API server), the test
 # bed's self-checks and the bench's peer models; a real containerd importing our image (internal/image, root); and
 # make release run twice on this commit, byte-identical (test/release, Helm).
-integration: envoy kube helm
+integration: envoy $(BUILDS)
 	$(GO) test -race -count=1 -timeout 30m $(ENVOY_PKGS) $(CONTAINERD_PKGS) $(RELEASE_PKGS)
 
 # The API-server tiers (test/kube: manifests and the feature matrix; test/chart: Helm; test/policy: the
 # MutatingAdmissionPolicy) on the newest Kubernetes line, then on the oldest supported one (docs/compatibility.md).
-apiserver: kube helm
+apiserver: $(BUILDS)
 	$(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS)
 	KUBE_LINE=oldest $(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS)
 

@@ -20,7 +20,16 @@ import (
 // (a unix socket). It returns the Envoy (whose Cmd is the manager) and Envoy's own PID.
 func agent(t *testing.T, bin testbed.Binary, flags ...string) (*testbed.Envoy, int) {
 	t.Helper()
+	return agentEnv(t, bin, nil, flags...)
+}
+
+// agentEnv is agent with env ("NAME=value") added to the manager's environment, which Envoy inherits.
+func agentEnv(t *testing.T, bin testbed.Binary, env []string, flags ...string) (*testbed.Envoy, int) {
+	t.Helper()
 	wrapper := append(append([]string{smBin, "run", "--log-level", "debug"}, flags...), "--")
+	if len(env) > 0 {
+		wrapper = append(append([]string{"env"}, env...), wrapper...) // env execs the manager: the same process
+	}
 	e := startEnvoy(t, bin, testbed.Options{AdminUnix: true, Wrapper: wrapper})
 	kids := children(e.Cmd.Process.Pid)
 	if len(kids) != 1 {

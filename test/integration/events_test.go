@@ -96,6 +96,7 @@ func podName(what string, bin testbed.Binary) string {
 // A hook (`drain`) given a kubeconfig records DrainStarted and its result on its pod, for each outcome, and
 // the result's Event is in the API server by the time the hook has exited.
 func TestEventsOfTheHook(t *testing.T) {
+	t.Parallel() // beside the tests that need no API server: make test may still be building it
 	api := eventsAPI(t)
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -205,6 +206,7 @@ func TestEventsOfTheHook(t *testing.T) {
 
 // The sidecar (`serve`) records the drain a /shutdown starts, as serve@<pod>.
 func TestEventsOfTheSidecar(t *testing.T) {
+	t.Parallel() // beside the tests that need no API server: make test may still be building it
 	api := eventsAPI(t)
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		ctx := testContext(t)
@@ -366,6 +368,7 @@ func TestEventsWithoutAccess(t *testing.T) {
 // ServiceAccount `envoy` the hook records its Events; with a ServiceAccount the Role is not bound to, the
 // API server refuses them and the drain is the same.
 func TestEventsRBAC(t *testing.T) {
+	t.Parallel() // beside the tests that need no API server: make test may still be building it
 	api := eventsAPI(t)
 	api.Kubectl(t, "apply", "-n", eventsNS, "-f", filepath.Join("..", "..", "deploy", "common", "envoy-events-rbac.yaml"))
 	api.Kubectl(t, "create", "serviceaccount", "-n", eventsNS, "unbound")
@@ -422,15 +425,13 @@ current-context: c
 
 // The agent (`run`) records the drain its SIGTERM starts, before it exits with Envoy's status.
 func TestEventsOfTheAgent(t *testing.T) {
+	t.Parallel() // beside the tests that need no API server: make test may still be building it
 	api := eventsAPI(t)
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		pod := podName("agent", bin)
 		createPod(t, api, pod)
-		for _, kv := range podEnv(pod) { // Envoy's container's environment, which run inherits
-			name, value, _ := strings.Cut(kv, "=")
-			t.Setenv(name, value)
-		}
-		e, _ := agent(t, bin, "--kubeconfig", api.Kubeconfig, "--min-drain-duration", "1s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
+		// Envoy's container's environment, which run inherits.
+		e, _ := agentEnv(t, bin, podEnv(pod), "--kubeconfig", api.Kubeconfig, "--min-drain-duration", "1s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
 		if err := e.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}

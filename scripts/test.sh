@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# make test: every tier before the e2e, in three lanes run side by side, so that the slow cold builds run beside the
+# tests that need none of them rather than before them:
+#   builds  Kubernetes' two lines and Helm (make kube helm, under nice: the tests come first), then the API-server
+#           tiers (make apiserver);
+#   pure    make vet unit fuzz: compiled and CPU-bound;
+#   envoy   make integration: the real-Envoy, containerd and release tier, whose tests mostly wait on real drains.
+#           Those that need a Kubernetes binary or Helm wait for its build (internal/kubetest and
+#           scripts/helm-binary.sh wait on the lock a build holds), so nothing is built twice.
+# Each lane writes bin/test/<lane>.log; the logs are printed when every lane has ended (a failed lane does not stop
+# the others: one run reports every failure). Exit status 1 if any lane failed. Ctrl-C stops every lane.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+make envoy || exit 1
+mkdir -p bin/test
+declare -A run=(
+  [builds]='nice -n 10 make kube helm && make apiserver BUILDS='
+  [pure]='make vet unit fuzz'
+  [envoy]='make integration BUILDS='
+)
+lanes=(builds pure envoy)
+declare -A pid
+for lane in "${lanes[@]}"; do
+  setsid bash -c "${run[$lane]}"'; rc=$?; echo "=== lane '"$lane"': exit $rc after $SECONDS s"; exit $rc' >"bin/test/$lane.log" 2>&1 &
+  pid[$lane]=$!
+done
+trap 'for p in "${pid[@]}"; do kill -- -"$p" 2>/dev/null; done; exit 130' INT TERM
+failed=()
+for lane in "${lanes[@]}"; do
+  wait "${pid[$lane]}" || failed+=("$lane")
+done
+for lane in "${lanes[@]}"; do
+  echo "=== make test, lane $lane: ${run[$lane]}"
+  cat "bin/test/$lane.log"
+done
+for lane in "${lanes[@]}"; do tail -n1 "bin/test/$lane.log"; done | sed 's/^=== /make test: /'
+echo "make test: all lanes ended after $SECONDS s"
+[ ${#failed[@]} -eq 0 ] || { echo "make test: failed lanes: ${failed[*]}" >&2; exit 1; }
