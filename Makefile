@@ -135,8 +135,8 @@ integration: envoy $(BUILDS)
 # The API-server tiers (test/kube: manifests and the feature matrix; test/chart: Helm; test/policy: the
 # MutatingAdmissionPolicy) on the newest Kubernetes line, then on the oldest supported one (docs/compatibility.md).
 apiserver: $(BUILDS)
-	$(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS)
-	KUBE_LINE=oldest $(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS)
+	for line in $(KUBE_LINES); do KUBE_LINE=$$line $(GO) test -race -count=1 -timeout 30m $(APISERVER_PKGS) || exit 1; done
+KUBE_LINES ?= newest oldest
 
 # Each fuzz target briefly (FUZZTIME each); the seed corpora also run in `unit`.
 fuzz:

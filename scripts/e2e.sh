@@ -47,6 +47,14 @@ if [ "${E2E_FLEET:-}" = 1 ]; then
   report=${E2E_REPORT:-$PWD/test/e2e/results/FLEET.md}
   E2E_RUN=${E2E_RUN:-'^TestFleet$'}
 fi
+# One cluster per host: two would share its bridge, address ranges and iptables chains. Another make e2e (or
+# e2e-fleet) on this host waits here until the first has torn its cluster down.
+mkdir -p /run/lock
+exec 8>/run/lock/shutdown-manager-e2e.lock
+if ! flock -n 8; then
+  echo "e2e: waiting for another make e2e on this host to end" >&2
+  flock 8
+fi
 # The test binary runs directly (not under `go test`), so that ^C reaches it and its teardown runs.
 cd test/e2e
 E2E_REPORT=$report ../../bin/e2e.test -test.v -test.count=1 -test.timeout=75m ${E2E_RUN:+-test.run "$E2E_RUN"}

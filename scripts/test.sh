@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
-# make test: every tier before the e2e, in three lanes run side by side, so that the slow cold builds run beside the
+# make test: every tier before the e2e, in four lanes run side by side, so that the slow cold builds run beside the
 # tests that need none of them rather than before them:
-#   builds  Kubernetes' two lines and Helm (make kube helm, under nice: the tests come first), then the API-server
-#           tiers (make apiserver);
+#   newest  Kubernetes' newest line and Helm (under nice: the tests come first), then its API-server tiers;
+#   oldest  the oldest supported line (its build waits for the newest line's etcd and kubectl), then its tiers;
 #   pure    make vet unit fuzz: compiled and CPU-bound;
 #   envoy   make integration: the real-Envoy, containerd and release tier, whose tests mostly wait on real drains.
-#           Those that need a Kubernetes binary or Helm wait for its build (internal/kubetest and
-#           scripts/helm-binary.sh wait on the lock a build holds), so nothing is built twice.
+# A test that needs a Kubernetes binary or Helm that a lane is still building waits for it (internal/kubetest and
+# scripts/helm-binary.sh wait on the lock a build holds), so nothing is built twice and nothing is missed.
 # Each lane writes bin/test/<lane>.log; the logs are printed when every lane has ended (a failed lane does not stop
 # the others: one run reports every failure). Exit status 1 if any lane failed. Ctrl-C stops every lane.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make envoy || exit 1
 mkdir -p bin/test
+build='nice -n 10 ./scripts/kube-binaries.sh >/dev/null && nice -n 10 ./scripts/helm-binary.sh >/dev/null'
 declare -A run=(
-  [builds]='nice -n 10 make kube helm && make apiserver BUILDS='
+  [newest]="$build && make apiserver BUILDS= KUBE_LINES=newest"
+  [oldest]="KUBE_LINE=oldest $build && make apiserver BUILDS= KUBE_LINES=oldest"
   [pure]='make vet unit fuzz'
   [envoy]='make integration BUILDS='
 )
-lanes=(builds pure envoy)
+lanes=(newest oldest pure envoy)
 declare -A pid
 for lane in "${lanes[@]}"; do
   setsid bash -c "${run[$lane]}"'; rc=$?; echo "=== lane '"$lane"': exit $rc after $SECONDS s"; exit $rc' >"bin/test/$lane.log" 2>&1 &

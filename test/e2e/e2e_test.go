@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -156,20 +157,7 @@ func TestE2E(t *testing.T) {
 	waitGone(ctx, t, c, UpstreamNamespace, echo[0])
 	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "rollout", "status", "deployment/echo", "--timeout=180s")
 
-	var rows []row
-	for _, s := range scenarios {
-		if s.action == "webhook-down" && injectVia != "webhook" {
-			continue
-		}
-		ok := t.Run(s.name, func(t *testing.T) {
-			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
-			defer func() { rows = append(rows, r) }() // a scenario that stopped early is in the report too
-			r = runScenario(ctx, t, c, root, manager, s)
-		})
-		if !ok && ctx.Err() != nil {
-			break
-		}
-	}
+	rows := runScenarios(ctx, t, c, root, manager)
 	checkGoneSooner(t, rows, "kubeproxy-quiet-period-low-floor", "kubeproxy-fixed-floor")
 	if ctx.Err() == nil {
 		rows = append(rows, runContour(ctx, t, c, root, manager)...)
@@ -179,6 +167,68 @@ func TestE2E(t *testing.T) {
 			t.Errorf("writing the report: %v", err)
 		}
 	}
+}
+
+// e2eParallel is how many scenarios that may share the cluster run at once ($E2E_PARALLEL, 3 by default; 1 runs
+// them one by one, in order). Each has its namespace, its pods, its load and its own count of failures.
+var e2eParallel = 3
+
+// sharesCluster reports whether s may run beside other scenarios. Not so: webhook-down (it stops the webhook that
+// the others' pods need) and the load-balancer rows, whose figures are times (when HAProxy marks a pod down, how soon
+// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change.
+func (s scenario) sharesCluster() bool {
+	return s.action != "webhook-down" && s.action != "lb-delete-pod"
+}
+
+// runScenarios runs every scenario as a subtest of t, those that share the cluster e2eParallel at a time, then
+// the others one by one, and returns their rows in the order of scenarios.
+func runScenarios(ctx context.Context, t *testing.T, c *Cluster, root, manager string) []row {
+	if v := os.Getenv("E2E_PARALLEL"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("E2E_PARALLEL=%q: want a number of scenarios, 1 or more", v)
+		}
+		e2eParallel = n
+	}
+	rows := make([]*row, len(scenarios))
+	one := func(i int) {
+		s := scenarios[i]
+		t.Run(s.name, func(t *testing.T) {
+			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
+			defer func() { rows[i] = &r }() // a scenario that stopped early is in the report too
+			r = runScenario(ctx, t, c, root, manager, s)
+		})
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, e2eParallel)
+	for i, s := range scenarios {
+		if !s.sharesCluster() || ctx.Err() != nil {
+			continue
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		wg.Go(func() { // t.Run may be called from several goroutines; each returns before TestE2E does
+			defer func() { <-slots }()
+			one(i)
+		})
+	}
+	wg.Wait()
+	for i, s := range scenarios {
+		if s.sharesCluster() || ctx.Err() != nil || (s.action == "webhook-down" && injectVia != "webhook") {
+			continue
+		}
+		one(i)
+	}
+	var out []row
+	for _, r := range rows {
+		if r != nil {
+			out = append(out, *r)
+		}
+	}
+	return out
 }
 
 func mustKubectl(ctx context.Context, t *testing.T, c *Cluster, args ...string) string {
