@@ -27,7 +27,8 @@ func userPages(t *testing.T) []string {
 
 // deployFiles are the lines of every YAML file a test applies, renders or runs: under deploy/ (applied to real
 // API servers and kubelets), docs/examples/ (the HAProxy and Loki configurations the e2e and TestObservabilityPage
-// read) and test/chart/testdata/values/ (the value sets test/chart renders).
+// read, the cloud load balancers' examples TestCloudExamples checks) and test/chart/testdata/values/ (the value
+// sets test/chart renders).
 func deployFiles(t *testing.T) [][]string {
 	t.Helper()
 	var files [][]string
