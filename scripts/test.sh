@@ -3,7 +3,8 @@
 # tests that need none of them rather than before them:
 #   newest  Kubernetes' newest line and Helm (under nice: the tests come first), then its API-server tiers;
 #   oldest  the oldest supported line (its build waits for the newest line's etcd and kubectl), then its tiers;
-#   pure    make vet unit fuzz: compiled and CPU-bound;
+#   pure    make vet unit fuzz: compiled and CPU-bound (under nice 5, the builds under nice 10: the real-Envoy tier,
+#           whose drains are timed by the second, has the CPU when it asks);
 #   envoy   make integration: the real-Envoy, containerd and release tier, whose tests mostly wait on real drains.
 # A test that needs a Kubernetes binary or Helm that a lane is still building waits for it (internal/kubetest and
 # scripts/helm-binary.sh wait on the lock a build holds), so nothing is built twice and nothing is missed.
@@ -17,7 +18,7 @@ build='nice -n 10 ./scripts/kube-binaries.sh >/dev/null && nice -n 10 ./scripts/
 declare -A run=(
   [newest]="$build && make apiserver BUILDS= KUBE_LINES=newest"
   [oldest]="KUBE_LINE=oldest $build && make apiserver BUILDS= KUBE_LINES=oldest"
-  [pure]='make vet unit fuzz'
+  [pure]='nice -n 5 make vet unit fuzz'
   [envoy]='make integration BUILDS='
 )
 lanes=(newest oldest pure envoy)
