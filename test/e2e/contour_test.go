@@ -615,9 +615,9 @@ func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, man
 	return r
 }
 
-// runContour runs contourScenarios as subtests of t (after the other scenarios: they share the cluster and the
-// upstream) and returns their rows.
-func runContour(ctx context.Context, t *testing.T, c *Cluster, root, manager string) []row {
+// contourJobs imports the image Contour's pods run (its module's `contour` binary, built and cached) and returns
+// its scenarios as jobs; none if that failed (the contour-image subtest says why).
+func contourJobs(ctx context.Context, t *testing.T, c *Cluster, root, manager string) []job {
 	var contour string
 	if !t.Run("contour-image", func(t *testing.T) {
 		contour = contourBinary(t) // skips (fails under CI=true) when it was not built
@@ -625,16 +625,9 @@ func runContour(ctx context.Context, t *testing.T, c *Cluster, root, manager str
 	}) || contour == "" {
 		return nil
 	}
-	var rows []row
+	var jobs []job
 	for _, s := range contourScenarios {
-		ok := t.Run(s.name, func(t *testing.T) {
-			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
-			defer func() { rows = append(rows, r) }()
-			r = runContourScenario(ctx, t, c, root, manager, contour, s)
-		})
-		if !ok && ctx.Err() != nil {
-			break
-		}
+		jobs = append(jobs, job{s, func(t *testing.T) row { return runContourScenario(ctx, t, c, root, manager, contour, s) }})
 	}
-	return rows
+	return jobs
 }

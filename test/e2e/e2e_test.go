@@ -157,11 +157,16 @@ func TestE2E(t *testing.T) {
 	waitGone(ctx, t, c, UpstreamNamespace, echo[0])
 	mustKubectl(ctx, t, c, "-n", UpstreamNamespace, "rollout", "status", "deployment/echo", "--timeout=180s")
 
-	rows := runScenarios(ctx, t, c, root, manager)
-	checkGoneSooner(t, rows, "kubeproxy-quiet-period-low-floor", "kubeproxy-fixed-floor")
-	if ctx.Err() == nil {
-		rows = append(rows, runContour(ctx, t, c, root, manager)...)
+	var jobs []job
+	for _, s := range scenarios {
+		if s.action == "webhook-down" && injectVia != "webhook" {
+			continue
+		}
+		jobs = append(jobs, job{s, func(t *testing.T) row { return runScenario(ctx, t, c, root, manager, s) }})
 	}
+	jobs = append(jobs, contourJobs(ctx, t, c, root, manager)...)
+	rows := runJobs(ctx, t, jobs)
+	checkGoneSooner(t, rows, "kubeproxy-quiet-period-low-floor", "kubeproxy-fixed-floor")
 	if p := os.Getenv("E2E_REPORT"); p != "" {
 		if err := writeReport(p, c, rows); err != nil {
 			t.Errorf("writing the report: %v", err)
@@ -180,9 +185,15 @@ func (s scenario) sharesCluster() bool {
 	return s.action != "webhook-down" && s.action != "lb-delete-pod"
 }
 
-// runScenarios runs every scenario as a subtest of t, those that share the cluster e2eParallel at a time, then
-// the others one by one, and returns their rows in the order of scenarios.
-func runScenarios(ctx context.Context, t *testing.T, c *Cluster, root, manager string) []row {
+// job is a scenario and what runs it.
+type job struct {
+	s   scenario
+	run func(t *testing.T) row
+}
+
+// runJobs runs every job as a subtest of t named for its scenario, those that share the cluster e2eParallel at a
+// time, then the others one by one, and returns their rows in the order of jobs (a job that stopped early too).
+func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 	if v := os.Getenv("E2E_PARALLEL"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -190,25 +201,26 @@ func runScenarios(ctx context.Context, t *testing.T, c *Cluster, root, manager s
 		}
 		e2eParallel = n
 	}
-	rows := make([]*row, len(scenarios))
+	rows := make([]*row, len(jobs))
 	one := func(i int) {
-		s := scenarios[i]
-		t.Run(s.name, func(t *testing.T) {
-			r := row{scenario: s, note: "stopped before its figures: see the test's log"}
+		t.Run(jobs[i].s.name, func(t *testing.T) {
+			r := row{scenario: jobs[i].s, note: "stopped before its figures: see the test's log"}
 			defer func() { rows[i] = &r }() // a scenario that stopped early is in the report too
-			r = runScenario(ctx, t, c, root, manager, s)
+			r = jobs[i].run(t)
 		})
 	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, e2eParallel)
-	for i, s := range scenarios {
-		if !s.sharesCluster() || ctx.Err() != nil {
+	for i, j := range jobs {
+		if !j.s.sharesCluster() {
 			continue
 		}
 		select {
 		case slots <- struct{}{}:
 		case <-ctx.Done():
-			continue
+		}
+		if ctx.Err() != nil {
+			break
 		}
 		wg.Go(func() { // t.Run may be called from several goroutines; each returns before TestE2E does
 			defer func() { <-slots }()
@@ -216,11 +228,10 @@ func runScenarios(ctx context.Context, t *testing.T, c *Cluster, root, manager s
 		})
 	}
 	wg.Wait()
-	for i, s := range scenarios {
-		if s.sharesCluster() || ctx.Err() != nil || (s.action == "webhook-down" && injectVia != "webhook") {
-			continue
+	for i, j := range jobs {
+		if !j.s.sharesCluster() && ctx.Err() == nil {
+			one(i)
 		}
-		one(i)
 	}
 	var out []row
 	for _, r := range rows {
