@@ -2,6 +2,7 @@ package docs
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -31,6 +32,8 @@ const (
 	e2eReportFile   = "test/e2e/results/REPORT.md"
 	fleetReportFile = "test/e2e/results/FLEET.md"
 	timelineRunFile = "docs/timeline/run.txt"
+	benchReportFile = "bench/results/REPORT.md"
+	webhookRunFile  = "bench/results/webhook.json"
 )
 
 // evidenceBlock renders one kind of block from the text of its result file.
@@ -50,6 +53,9 @@ var evidenceBlocks = map[string]evidenceBlock{
 	"fleet-contour":         {fleetReportFile, renderFleetContour},
 	"fleet-contour-summary": {fleetReportFile, renderFleetContourSummary},
 	"timeline-requests":     {timelineRunFile, renderTimelineRequests},
+	"bench-written":         {benchReportFile, renderBenchWritten},
+	"bench-headlines":       {benchReportFile, renderBenchHeadlines},
+	"webhook-committed":     {webhookRunFile, renderWebhookCommitted},
 }
 
 // evidenceSpan is one generated block of a page: its name, the file it names, and where its content is.
@@ -695,4 +701,91 @@ func TestEvidenceSummaryLine(t *testing.T) {
 	if _, err := parseE2EReport(with(pass + 1)); err == nil {
 		t.Error("a summary line that counts one pass more than the rows was accepted")
 	}
+}
+
+var benchProduced = regexp.MustCompile(`(?m)^Produced by ` + "`make bench`" + ` on (\d{4}-\d\d-\d\d)T(\d\d:\d\d):\d\dZ: (.*?), shutdown-manager (\S+),`)
+
+// renderBenchWritten is the bench report's date, commit and machine, for a sentence.
+func renderBenchWritten(text string) (string, error) {
+	m := benchProduced.FindStringSubmatch(text)
+	if m == nil {
+		return "", fmt.Errorf("no line %q", benchProduced)
+	}
+	return fmt.Sprintf("%s %s UTC, at %s; %s", m[1], m[2], m[4], m[3]), nil
+}
+
+// renderBenchHeadlines is the bench report's Headlines: its table and its list, as the report has them.
+func renderBenchHeadlines(text string) (string, error) {
+	i := strings.Index(text, "\n## Headlines\n")
+	if i < 0 {
+		return "", fmt.Errorf("no section Headlines")
+	}
+	sec := text[i+1:]
+	if j := strings.Index(sec, "\n## "); j >= 0 {
+		sec = sec[:j]
+	}
+	var table, list []string
+	for _, l := range strings.Split(sec, "\n") {
+		switch {
+		case strings.HasPrefix(l, "|"):
+			table = append(table, l)
+		case strings.HasPrefix(l, "- "):
+			list = append(list, l)
+		}
+	}
+	if len(table) < 3 || len(list) == 0 {
+		return "", fmt.Errorf("the Headlines section has %d table lines and %d list items", len(table), len(list))
+	}
+	return "\n" + strings.Join(table, "\n") + "\n\n" + strings.Join(list, "\n") + "\n", nil
+}
+
+// webhookRun is one run of bench/webhookload, as bench/results/webhook.json holds it.
+type webhookRun struct {
+	Date     string  `json:"date"`
+	Rate     float64 `json:"rate_per_second"`
+	Requests int     `json:"requests"`
+	Failed   int     `json:"failed"`
+	P99      float64 `json:"p99_ms"`
+	Max      float64 `json:"max_ms"`
+	RSS      float64 `json:"rss_max_mib"`
+	CPU      float64 `json:"cpu_ms_per_admission"`
+}
+
+// renderWebhookCommitted is the committed webhook runs' figures: their count, rate and start, admissions and
+// failures, and the range of each figure over the runs.
+func renderWebhookCommitted(text string) (string, error) {
+	var runs []webhookRun
+	if err := json.Unmarshal([]byte(text), &runs); err != nil {
+		return "", err
+	}
+	if len(runs) == 0 {
+		return "", fmt.Errorf("no runs")
+	}
+	span := func(f func(r webhookRun) float64) (lo, hi float64) {
+		lo, hi = f(runs[0]), f(runs[0])
+		for _, r := range runs {
+			lo, hi = min(lo, f(r)), max(hi, f(r))
+		}
+		return lo, hi
+	}
+	requests, failed := 0, 0
+	for _, r := range runs {
+		requests += r.Requests
+		failed += r.Failed
+	}
+	cpuLo, cpuHi := span(func(r webhookRun) float64 { return r.CPU })
+	p99Lo, p99Hi := span(func(r webhookRun) float64 { return r.P99 })
+	_, maxMs := span(func(r webhookRun) float64 { return r.Max })
+	_, rss := span(func(r webhookRun) float64 { return r.RSS })
+	rateLo, rateHi := span(func(r webhookRun) float64 { return r.Rate })
+	if rateLo != rateHi {
+		return "", fmt.Errorf("runs at different rates (%g to %g a second)", rateLo, rateHi)
+	}
+	day, clock, ok := strings.Cut(runs[0].Date, "T")
+	if !ok || len(clock) < 5 {
+		return "", fmt.Errorf("date %q", runs[0].Date)
+	}
+	return fmt.Sprintf("%d runs at %g admissions/s from %s %s UTC: %s admissions, %d failed; CPU %.2f–%.2f ms per "+
+		"admission; p99 %.1f–%.1f ms, max %.1f ms; at most %.0f MiB RSS", len(runs), rateLo, day, clock[:5],
+		thousands(requests), failed, cpuLo, cpuHi, p99Lo, p99Hi, maxMs, rss), nil
 }
