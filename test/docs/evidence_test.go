@@ -29,11 +29,12 @@ var (
 
 // The committed result files the pages cite.
 const (
-	e2eReportFile   = "test/e2e/results/REPORT.md"
-	fleetReportFile = "test/e2e/results/FLEET.md"
-	timelineRunFile = "docs/timeline/run.txt"
-	benchReportFile = "bench/results/REPORT.md"
-	webhookRunFile  = "bench/results/webhook.json"
+	e2eReportFile      = "test/e2e/results/REPORT.md"
+	fleetReportFile    = "test/e2e/results/FLEET.md"
+	timelineRunFile    = "docs/timeline/run.txt"
+	timelineEventsFile = "docs/timeline/events.csv"
+	benchReportFile    = "bench/results/REPORT.md"
+	webhookRunFile     = "bench/results/webhook.json"
 )
 
 // evidenceBlock renders one kind of block from the text of its result file.
@@ -52,6 +53,8 @@ var evidenceBlocks = map[string]evidenceBlock{
 	"fleet-scenarios":       {fleetReportFile, renderFleetScenarios},
 	"fleet-contour":         {fleetReportFile, renderFleetContour},
 	"fleet-contour-summary": {fleetReportFile, renderFleetContourSummary},
+	"timeline-waited":       {timelineEventsFile, renderTimelineWaited},
+	"timeline-exit":         {timelineEventsFile, renderTimelineExit},
 	"timeline-requests":     {timelineRunFile, renderTimelineRequests},
 	"bench-written":         {benchReportFile, renderBenchWritten},
 	"bench-headlines":       {benchReportFile, renderBenchHeadlines},
@@ -788,4 +791,38 @@ func renderWebhookCommitted(text string) (string, error) {
 	return fmt.Sprintf("%d runs at %g admissions/s from %s %s UTC: %s admissions, %d failed; CPU %.2f–%.2f ms per "+
 		"admission; p99 %.1f–%.1f ms, max %.1f ms; at most %.0f MiB RSS", len(runs), rateLo, day, clock[:5],
 		thousands(requests), failed, cpuLo, cpuHi, p99Lo, p99Hi, maxMs, rss), nil
+}
+
+// timelineEvent is the time of the first event of docs/timeline/events.csv whose name starts with prefix.
+func timelineEvent(text, prefix string) (float64, error) {
+	for _, l := range strings.Split(text, "\n")[1:] {
+		at, name, ok := strings.Cut(l, ",")
+		if !ok || !strings.HasPrefix(strings.Trim(name, `"`), prefix) {
+			continue
+		}
+		return strconv.ParseFloat(at, 64)
+	}
+	return 0, fmt.Errorf("no event %q", prefix)
+}
+
+// renderTimelineWaited is when the recorded drain's wait for the work in flight ended, for the README's sentence.
+func renderTimelineWaited(text string) (string, error) {
+	at, err := timelineEvent(text, "waiting ended")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%.1f s", at), nil
+}
+
+// renderTimelineExit is how long Envoy took to exit after the hook returned (kubelet's SIGTERM).
+func renderTimelineExit(text string) (string, error) {
+	hook, err := timelineEvent(text, "hook returned")
+	if err != nil {
+		return "", err
+	}
+	exit, err := timelineEvent(text, "Envoy exited")
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%.0f ms", (exit-hook)*1000), nil
 }
