@@ -123,6 +123,7 @@ type row struct {
 }
 
 func TestE2E(t *testing.T) {
+	began := time.Now()
 	ctx := interrupted
 	root, err := repoRoot()
 	if err != nil {
@@ -168,7 +169,7 @@ func TestE2E(t *testing.T) {
 	rows := runJobs(ctx, t, jobs)
 	checkGoneSooner(t, rows, "kubeproxy-quiet-period-low-floor", "kubeproxy-fixed-floor")
 	if p := os.Getenv("E2E_REPORT"); p != "" {
-		if err := writeReport(p, c, rows); err != nil {
+		if err := writeReport(p, c, rows, time.Since(began)); err != nil {
 			t.Errorf("writing the report: %v", err)
 		}
 	}
