@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 
@@ -9,7 +10,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
 
-// runWebhook serves the mutating admission webhook (agent.ServeWebhook) with inject's flags as its settings.
+// runWebhook serves the mutating admission webhook (webhook.Serve) with inject's flags as its settings.
 func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	var inf injectFlags
@@ -24,8 +25,8 @@ func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	if err := parse(fs, args, stdout); err != nil {
 		return err
 	}
-	cfg := agent.WebhookConfig{CertFile: *certFile, KeyFile: *keyFile, Kubeconfig: *kubeconfig,
-		ShutdownPeriod: agent.WebhookShutdownPeriod, Version: Version}
+	cfg := webhook.ServeConfig{CertFile: *certFile, KeyFile: *keyFile, Kubeconfig: *kubeconfig,
+		ShutdownPeriod: webhook.ShutdownPeriod, Version: Version}
 	if cfg.CertFile == "" || cfg.KeyFile == "" {
 		return usagef("give the serving certificate with --tls-cert-file and --tls-key-file")
 	}
@@ -49,5 +50,10 @@ func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return err
 	}
 	defer closeLog()
-	return agent.ServeWebhook(ctx, cfg, log)
+	if err := webhook.Serve(ctx, cfg, log); errors.Is(err, webhook.ErrServing) {
+		return agent.ErrReported // told in the log
+	} else if err != nil {
+		return err
+	}
+	return nil
 }
