@@ -14,8 +14,11 @@ FUZZTIME ?= 10s
 
 all: build
 
+# bin/shutdown-manager is the full CLI (every command; the release archives' binary), bin/shutdown-manager-pod the
+# pod binary (drain, serve, run, resume, status, install, version: what the pod image holds as /shutdown-manager).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager ./cmd/shutdown-manager
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager-pod ./cmd/shutdown-manager-pod
 
 # The container image, built by Go (internal/image) without a Docker daemon: FROM scratch, the static binary
 # at /shutdown-manager, user 65532, linux/amd64 + linux/arm64. Writes dist/image.tar (docker archive of this
@@ -139,7 +142,7 @@ fuzz:
 # Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml, deploy/policy/policy.yaml (a test
 # checks they are up to date), and the golden files of internal/inject.
 deploy:
-	$(GO) test ./internal/cli -run 'TestDeployExamples|TestDeployPolicy' -update
+	$(GO) test ./internal/kubecli -run 'TestDeployExamples|TestDeployPolicy' -update
 	$(GO) test ./internal/inject -run TestInjectGolden -update
 
 clean:
