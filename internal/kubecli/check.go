@@ -17,13 +17,18 @@ import (
 // flag, or a bad flag value the flag package sees, is an error. The help's examples and docs/cli.md are
 // checked with it.
 func CheckArgs(args []string) error {
+	return checkArgs(Commands(), args)
+}
+
+// checkArgs is CheckArgs over the command table table.
+func checkArgs(table []cli.Command, args []string) error {
 	if len(args) == 0 {
 		return errors.New("no command")
 	}
 	if len(args) == 2 && args[0] == "help" {
 		args = []string{args[1], "--help"}
 	}
-	table, name := Commands(), args[0]
+	name := args[0]
 	if name == "kubectl" {
 		if len(args) < 2 {
 			return errors.New("kubectl: no command")
