@@ -282,7 +282,11 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 		syn = "[FLAGS]"
 	}
 	fmt.Fprintf(w, "Usage: shutdown-manager %s %s\n\n", fs.Name(), syn)
-	if a := about[fs.Name()]; a != "" {
+	a := about[fs.Name()]
+	if fs.Name() == "install" && fs.Lookup("kubectl-plugin") == nil { // the pod binary's install: no plugin in it
+		a = "Copies this binary to DIR/" + installName + " (mode 0555)."
+	}
+	if a != "" {
 		fmt.Fprintf(w, "%s\n\n", a)
 	}
 	if hasFlags(fs) {
