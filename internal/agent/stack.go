@@ -16,6 +16,14 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
+// The seams the stack wires: the admin client is the engine's Admin, the engine is what the API and the Events
+// follow.
+var (
+	_ drain.Admin   = (*envoyadmin.Client)(nil)
+	_ server.Engine = (*drain.Engine)(nil)
+	_ events.Engine = (*drain.Engine)(nil)
+)
+
 // The seams stack wires: the admin client is what the engine drives, and the engine is what the Events and
 // the HTTP API read.
 var (
