@@ -1,5 +1,7 @@
 # syntax=docker/dockerfile:1
-# The image `make image` builds with Go (internal/image), for those who build with Docker (BuildKit):
+# The pod image `make image` builds with Go (internal/image), for those who build with Docker (BuildKit): the pod
+# binary (cmd/shutdown-manager-pod). The cluster image (the full CLI, for the chart's webhook) is built by
+# `make image` only (dist/cluster-image*).
 #
 #   docker build --build-arg VERSION=$(git describe --tags --exact-match 2>/dev/null || echo dev) \
 #     --build-arg REVISION=$(git rev-parse HEAD) --build-arg SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) \
@@ -17,7 +19,7 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
     -ldflags "-s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=${VERSION} -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=${REVISION}" \
-    -o /out/shutdown-manager ./cmd/shutdown-manager
+    -o /out/shutdown-manager ./cmd/shutdown-manager-pod
 
 FROM scratch
 ARG VERSION=dev REVISION=unknown

@@ -14,24 +14,33 @@ FUZZTIME ?= 10s
 
 all: build
 
+# bin/shutdown-manager is the full CLI (every command; the release archives' binary), bin/shutdown-manager-pod the
+# pod binary (drain, serve, run, resume, status, install, version: what the pod image holds as /shutdown-manager).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager ./cmd/shutdown-manager
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager-pod ./cmd/shutdown-manager-pod
 
-# The container image, built by Go (internal/image) without a Docker daemon: FROM scratch, the static binary
-# at /shutdown-manager, user 65532, linux/amd64 + linux/arm64. Writes dist/image.tar (docker archive of this
-# machine's arch, named IMAGE or shutdown-manager:VERSION: `docker load -i`, `ctr images import`) and
-# dist/image-oci/ (OCI layout, both arches). Reproducible: times come from SOURCE_DATE_EPOCH, else the commit.
+# The two container images, built by Go (internal/image) without a Docker daemon, each FROM scratch with one static
+# binary at /shutdown-manager, user 65532, linux/amd64 + linux/arm64: the pod image (the pod binary; what inject
+# puts into pods), named IMAGE or shutdown-manager:VERSION, in dist/image.tar (docker archive of this machine's
+# arch: `docker load -i`, `ctr images import`) and dist/image-oci/ (OCI layout, both arches); and the cluster
+# image (the full CLI; the chart's webhook Deployment), named CLUSTER_IMAGE or shutdown-manager-cluster:VERSION,
+# in dist/cluster-image.tar and dist/cluster-image-oci/. Reproducible: times come from SOURCE_DATE_EPOCH, else
+# the commit.
 image:
 	$(GO) run ./internal/image/build -out dist -version '$(VERSION)' $(if $(IMAGE),-name '$(IMAGE)')
+	$(GO) run ./internal/image/build -main cluster -out dist -version '$(VERSION)' $(if $(CLUSTER_IMAGE),-name '$(CLUSTER_IMAGE)')
 
-# Push the multi-arch index to IMAGE=registry/name:tag with your registry credentials (docker login): built afresh,
-# or with LAYOUT=dist/image-oci the one make release wrote (docs/release.md).
+# Push the pod image's multi-arch index to IMAGE=registry/name:tag with your registry credentials (docker login),
+# and the cluster image's to CLUSTER_IMAGE when given: built afresh, or with LAYOUT=dist/image-oci (and
+# CLUSTER_LAYOUT=dist/cluster-image-oci) the ones make release wrote (docs/release.md).
 image-push:
-	@test -n '$(IMAGE)' || { echo 'usage: make image-push IMAGE=registry/name:tag [LAYOUT=dist/image-oci]'; exit 2; }
+	@test -n '$(IMAGE)' || { echo 'usage: make image-push IMAGE=registry/name:tag [LAYOUT=dist/image-oci] [CLUSTER_IMAGE=registry/name-cluster:tag [CLUSTER_LAYOUT=dist/cluster-image-oci]]'; exit 2; }
 	$(GO) run ./internal/image/build -push '$(IMAGE)' $(if $(LAYOUT),-layout '$(LAYOUT)',-version '$(VERSION)')
+	$(if $(CLUSTER_IMAGE),$(GO) run ./internal/image/build -main cluster -push '$(CLUSTER_IMAGE)' $(if $(CLUSTER_LAYOUT),-layout '$(CLUSTER_LAYOUT)',-version '$(VERSION)'))
 
-# A release of this commit into dist/ (scripts/release.sh, docs/release.md): the binaries, the multi-arch image
-# (OCI layout and a docker archive per arch), the chart package at the same version, an SPDX SBOM and SHA256SUMS.
+# A release of this commit into dist/ (scripts/release.sh, docs/release.md): the binaries (the full CLI and the pod
+# binary), the two multi-arch images (each an OCI layout and a docker archive per arch), the chart package at the same version, an SPDX SBOM and SHA256SUMS.
 # VERSION must be a semantic version: the commit's tag (git tag v0.1.0), or VERSION=vX.Y.Z given. Byte-identical
 # on every run of one commit (SOURCE_DATE_EPOCH, else the commit's time). 31 s the first time on 2 CPUs, 4 s warm.
 release: helm
@@ -145,7 +154,7 @@ fuzz:
 # Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml, deploy/policy/policy.yaml (a test
 # checks they are up to date), and the golden files of internal/inject.
 deploy:
-	$(GO) test ./internal/cli -run 'TestDeployExamples|TestDeployPolicy' -update
+	$(GO) test ./internal/kubecli -run 'TestDeployExamples|TestDeployPolicy' -update
 	$(GO) test ./internal/inject -run TestInjectGolden -update
 
 clean:

@@ -2,12 +2,16 @@
 # make release VERSION=vX.Y.Z: everything a team needs to install this commit, written into DIST (default dist/,
 # emptied first):
 #
-#   shutdown-manager-linux-{amd64,arm64}        the static binaries, version and commit stamped
-#   image-oci/                                  the multi-arch image (OCI layout, an index of both arches)
+#   shutdown-manager-linux-{amd64,arm64}        the full CLI (every command), static, version and commit stamped
+#   shutdown-manager-pod-linux-{amd64,arm64}    the pod binary (drain, serve, run, …), the pod image's
+#   image-oci/                                  the multi-arch pod image (OCI layout, an index of both arches)
 #   image-linux-{amd64,arm64}.tar               the same images as docker archives (docker load, ctr images import),
 #                                               named ghcr.io/envoy-shutdown-manager/shutdown-manager:vX.Y.Z
+#   cluster-image-oci/, cluster-image-linux-{amd64,arm64}.tar
+#                                               the cluster image (the full CLI; the chart's webhook), the same way,
+#                                               named ghcr.io/envoy-shutdown-manager/shutdown-manager-cluster:vX.Y.Z
 #   shutdown-manager-X.Y.Z.tgz                  the Helm chart, version X.Y.Z, appVersion vX.Y.Z (the image's tag)
-#   shutdown-manager-vX.Y.Z.spdx.json           the SPDX 2.3 SBOM of the binaries (internal/release)
+#   shutdown-manager-vX.Y.Z.spdx.json           the SPDX 2.3 SBOM of the four binaries (internal/release)
 #   SHA256SUMS                                  every file above (sha256sum -c SHA256SUMS)
 #
 # Reproducible: every time inside comes from SOURCE_DATE_EPOCH, else the commit's time, so two runs on one commit
@@ -43,6 +47,8 @@ main() {
   # to, so that an archive imported into a node without a registry (ctr images import) is the default image.
   go run ./internal/image/build -out "$dist" -release -version "$version" -revision "$revision" -created "$SOURCE_DATE_EPOCH" \
     -name "ghcr.io/envoy-shutdown-manager/shutdown-manager:$version"
+  go run ./internal/image/build -main cluster -out "$dist" -release -version "$version" -revision "$revision" \
+    -created "$SOURCE_DATE_EPOCH" -name "ghcr.io/envoy-shutdown-manager/shutdown-manager-cluster:$version"
 
   # The chart: Helm writes each file's modification time into the package, so package a copy whose times are
   # SOURCE_DATE_EPOCH. helm package sets version (SemVer without the v, as Helm repositories list it) and

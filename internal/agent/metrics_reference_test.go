@@ -74,12 +74,12 @@ func metricRows(t *testing.T, r *recorder) []string {
 // and as the webhook does, and writes one table for each.
 func metricsReference(t *testing.T) string {
 	drainSide := &recorder{}
-	drainSide.MustRegister(buildInfo("VERSION"))
+	drainSide.MustRegister(server.BuildInfo("VERSION"))
 	drain.NewMetrics(drainSide)
 	server.New(nil, server.Options{Registerer: drainSide})
 	webhookSide := &recorder{}
 	webhook.New(webhook.Options{Registerer: webhookSide})
-	webhookSide.MustRegister(buildInfo("VERSION"), webhook.CertExpiry(webhook.NewCertFiles("", "", slog.New(slog.DiscardHandler)))) // as runWebhook registers them
+	webhookSide.MustRegister(server.BuildInfo("VERSION"), webhook.CertExpiry(webhook.NewCertFiles("", "", slog.New(slog.DiscardHandler)))) // as runWebhook registers them
 	var b strings.Builder
 	b.WriteString("\n`serve` and `run` (on `/metrics` of `--listen`, or of `--metrics-listen`):\n\n| metric | labels | help |\n|---|---|---|\n")
 	b.WriteString(strings.Join(metricRows(t, drainSide), "\n") + "\n")

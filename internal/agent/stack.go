@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"runtime"
 	"sync"
 	"time"
 
@@ -15,6 +14,14 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
+)
+
+// The seams the stack wires: the admin client is the engine's Admin, the engine is what the API and the Events
+// follow.
+var (
+	_ drain.Admin   = (*envoyadmin.Client)(nil)
+	_ server.Engine = (*drain.Engine)(nil)
+	_ events.Engine = (*drain.Engine)(nil)
 )
 
 // The seams stack wires: the admin client is what the engine drives, and the engine is what the Events and
@@ -54,7 +61,7 @@ type stack struct {
 // newStack starts the engine; component names the command in the Events ("serve", "run").
 func newStack(cfg EngineConfig, log *slog.Logger, component string) (*stack, error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), buildInfo(cfg.Version))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), server.BuildInfo(cfg.Version))
 	metrics := drain.NewMetrics(reg)
 	admin := cfg.client(metrics)
 	engine, err := drain.New(cfg.Drain, admin, log, metrics)
@@ -106,15 +113,4 @@ func startEvents(cfg EngineConfig, component string, engine *drain.Engine, log *
 			client.Close(events.CloseWait)
 		})
 	}
-}
-
-// buildInfo is shutdown_manager_build_info{version, goversion} 1: which build is running, for dashboards.
-func buildInfo(version string) prometheus.Collector {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name:        "shutdown_manager_build_info",
-		Help:        "Always 1; the labels say which build of shutdown-manager is running.",
-		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
-	})
-	g.Set(1)
-	return g
 }

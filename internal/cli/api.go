@@ -28,25 +28,25 @@ func (f *apiFlags) config(listen agent.ListenAddress) (agent.APIConfig, error) {
 	if f.metricsListen != "" {
 		la, err := agent.ParseListen(f.metricsListen)
 		if err != nil {
-			return c, usagef("--metrics-listen: %v", err)
+			return c, Usagef("--metrics-listen: %v", err)
 		}
 		c.Metrics = &la
 	}
 	if f.maxWaiters <= 0 {
-		return c, usagef("--max-waiters must be positive")
+		return c, Usagef("--max-waiters must be positive")
 	}
 	if f.maxWaiters > 1<<20 {
-		return c, usagef("--max-waiters must be at most 1048576")
+		return c, Usagef("--max-waiters must be at most 1048576")
 	}
 	c.MaxWaiters = f.maxWaiters
 	if f.maxConns <= f.maxWaiters {
-		return c, usagef("--max-connections (%d) must be larger than --max-waiters (%d): probes and /status need connections too", f.maxConns, f.maxWaiters)
+		return c, Usagef("--max-connections (%d) must be larger than --max-waiters (%d): probes and /status need connections too", f.maxConns, f.maxWaiters)
 	}
 	c.MaxConns = f.maxConns
 	if f.tokenFile != "" {
 		tf, err := agent.ReadToken(f.tokenFile)
 		if err != nil {
-			return c, usagef("--token-file: %v", err)
+			return c, Usagef("--token-file: %v", err)
 		}
 		c.Token = tf
 	}

@@ -10,7 +10,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
@@ -35,36 +37,70 @@ var (
 	Commit  = ""
 )
 
-type command struct {
-	name, summary string
-	run           func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
+type Command struct {
+	Name, Summary string
+	Run           func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error
 }
 
-func commands() []command {
-	return []command{
+// Pod are the commands of the pod binary (cmd/shutdown-manager-pod): those that run in an Envoy pod, or copy
+// the binary into one, and nothing of the cluster's. The full CLI (internal/kubecli) has these and the
+// cluster's commands (clusterOnly).
+func Pod() []Command {
+	return []Command{
 		{"serve", "run the sidecar: an HTTP API whose /shutdown drains Envoy (for preStop hooks)", runServe},
 		{"drain", "drain Envoy once and exit: 0 drained, 1 timed out or failed, 3 admin address misconfigured (for exec hooks and humans)", runDrain},
 		{"run", "run Envoy as a child (the agent): SIGTERM drains it, stops it, exits with its status", runRun},
 		{"resume", "make a drained Envoy live again (POST /healthcheck/ok), directly or through a serve API (--via)", runResume},
-		{"inject", "add the manager to the Envoy pods of Kubernetes manifests (-f FILE|-; YAML out)", runInject},
-		{"policy", "write a MutatingAdmissionPolicy and its two bindings (opted-in namespaces, opted-in pods) that inject pods in the API server (Kubernetes >= 1.36; YAML out)", runPolicy},
-		{"webhook", "serve the mutating admission webhook that injects opted-in pods (HTTPS POST /mutate-pods; TLS files reloaded)", runWebhook},
-		{"uninject", "remove what inject added from Kubernetes manifests (-f FILE|-; YAML out)", runUninject},
 		{"status", "show Envoy's state and the work in flight per group of listeners and HTTP managers", runStatus},
-		{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)", runInstall},
+		Install(false),
 		{"version", "print the version, the commit and the Go version (-o json for scripts)", runVersion},
-		{"completion", "write the shell completion script of bash, zsh or fish", runCompletion},
-		{"kubectl", "the kubectl plugin (kubectl shutdown-manager status …): the drain state of a workload's pods, through the API server", runKubectl},
 	}
 }
 
-// Run runs the subcommand named by args[0] with these standard streams and returns the process exit code.
+// PodCommand is the pod binary's command named name (Pod), for the full CLI's table.
+func PodCommand(name string) Command {
+	for _, c := range Pod() {
+		if c.Name == name {
+			return c
+		}
+	}
+	panic("cli: no pod command " + name)
+}
+
+// ClusterOnly are the commands of the full CLI that the pod binary lacks: asked for one, it says where it lives.
+var ClusterOnly = []string{"inject", "policy", "webhook", "uninject", "completion", "kubectl"}
+
+// PluginName is the file name kubectl finds the plugin by: `kubectl shutdown-manager …` runs
+// kubectl-shutdown_manager from the PATH (a dash in a plugin's command is an underscore in its file name).
+const PluginName = "kubectl-shutdown_manager"
+
+// Args are the arguments Run takes for a process started with argv: argv[1:], or, when the binary runs as
+// the kubectl plugin (its file named kubectl-shutdown_manager, as install --kubectl-plugin writes it),
+// "kubectl" and argv[1:], so that `kubectl shutdown-manager status …` is `shutdown-manager kubectl status …`.
+func Args(argv []string) []string {
+	if len(argv) == 0 {
+		return nil
+	}
+	if strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == PluginName {
+		return append([]string{"kubectl"}, argv[1:]...)
+	}
+	return argv[1:]
+}
+
+// Run runs the pod binary's subcommand named by args[0] (Pod) with these standard streams and returns the
+// process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return RunCommands(ctx, Pod(), args, stdin, stdout, stderr)
+}
+
+// RunCommands runs the subcommand of cmds named by args[0] with these standard streams and returns the
+// process exit code.
+func RunCommands(ctx context.Context, cmds []Command, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 2 && args[0] == "help" { // help COMMAND: the command's own help
 		args = []string{args[1], "--help"}
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		usage(stdout)
+		usage(stdout, cmds)
 		if len(args) == 0 {
 			return ExitUsage
 		}
@@ -73,11 +109,11 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if args[0] == "--version" || args[0] == "-v" {
 		args = append([]string{"version"}, args[1:]...)
 	}
-	for _, c := range commands() {
-		if c.name != args[0] {
+	for _, c := range cmds {
+		if c.Name != args[0] {
 			continue
 		}
-		err := c.run(ctx, args[1:], stdin, stdout, stderr)
+		err := c.Run(ctx, args[1:], stdin, stdout, stderr)
 		var ue usageError
 		var ec agent.ExitStatus
 		switch {
@@ -88,26 +124,30 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		case errors.Is(err, flag.ErrHelp):
 			return ExitOK
 		case errors.As(err, &ue):
-			fmt.Fprintf(stderr, "shutdown-manager %s: %v (see shutdown-manager %s -h)\n", c.name, ue.err, c.name)
+			fmt.Fprintf(stderr, "shutdown-manager %s: %v (see shutdown-manager %s -h)\n", c.Name, ue.err, c.Name)
 			return ExitUsage
 		case errors.Is(err, agent.ErrMisconfigured):
 			return ExitMisconfigured
 		case errors.Is(err, agent.ErrReported):
 			return ExitFailure
 		default:
-			fmt.Fprintf(stderr, "shutdown-manager %s: %v\n", c.name, err)
+			fmt.Fprintf(stderr, "shutdown-manager %s: %v\n", c.Name, err)
 			return ExitFailure
 		}
+	}
+	if slices.Contains(ClusterOnly, args[0]) {
+		fmt.Fprintf(stderr, "shutdown-manager: %s is a command of the full CLI (shutdown-manager of a release archive, or the cluster image), not of this pod binary (see shutdown-manager -h)\n", args[0])
+		return ExitUsage
 	}
 	fmt.Fprintf(stderr, "shutdown-manager: unknown command %q (see shutdown-manager -h)\n", args[0])
 	return ExitUsage
 }
 
-func usage(w io.Writer) {
+func usage(w io.Writer, cmds []Command) {
 	fmt.Fprintln(w, "shutdown-manager: lose no request when a pod running Envoy terminates.")
 	fmt.Fprintln(w, "\nUsage: shutdown-manager COMMAND [FLAGS] (run: shutdown-manager run [FLAGS] -- ENVOY_COMMAND…)\n       shutdown-manager --version\n\nCommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-10s %s\n", c.Name, c.Summary)
 	}
 	fmt.Fprintln(w, "\nRun 'shutdown-manager COMMAND -h' for a command's flags, examples and exit codes.")
 }
@@ -117,7 +157,10 @@ type usageError struct{ err error }
 
 func (u usageError) Error() string { return u.err.Error() }
 
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+func Usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+
+// UsageErr is err as a usage error: exit 2 with one line.
+func UsageErr(err error) error { return usageError{err} }
 
 // synopsis is what follows "shutdown-manager COMMAND" in a command's usage line, when not just [FLAGS].
 var synopsis = map[string]string{
@@ -130,7 +173,7 @@ var synopsis = map[string]string{
 // about is a paragraph of a command's help between its usage line and its flags, for the commands whose
 // flags do not say what they do.
 var about = map[string]string{
-	"install": "Copies this binary to DIR/" + installName + " (mode 0555), or with --kubectl-plugin to DIR/" + pluginName + ".",
+	"install": "Copies this binary to DIR/" + installName + " (mode 0555), or with --kubectl-plugin to DIR/" + PluginName + ".",
 	"policy": "Writes a MutatingAdmissionPolicy and its two bindings (MutatingAdmissionPolicyBindings; Kubernetes >= 1.36),\n" +
 		"as YAML for kubectl apply: one binding for the pods of namespaces labelled shutdown-manager.io/inject=enabled,\n" +
 		"one for pods labelled so. The API server then injects pods as inject would with the same flags.",
@@ -142,27 +185,27 @@ var about = map[string]string{
 		"list on pods and events in the namespace.",
 }
 
-// parse parses args with fs, printing help (to stdout) only when asked for, and turning every other
+// Parse parses args with fs, printing help (to stdout) only when asked for, and turning every other
 // problem into a one-line usage error. Arguments other than flags are an error.
-func parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
-	rest, err := parseArgs(fs, args, stdout)
+func Parse(fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	rest, err := ParseArgs(fs, args, stdout)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usagef("unexpected argument %q", strings.Join(rest, " "))
+		return Usagef("unexpected argument %q", strings.Join(rest, " "))
 	}
 	return nil
 }
 
-// parseArgs parses args with fs as kubectl does, flags and other arguments in any order (after "--", all are
+// ParseArgs parses args with fs as kubectl does, flags and other arguments in any order (after "--", all are
 // arguments), and returns the arguments. Every short flag that has a long name (-o, -f, -n, -l) is also given
-// it here (--output, ...). A flagSink as stdout takes fs instead of a parse: how completion and the help
+// it here (--output, ...). A FlagSink as stdout takes fs instead of a parse: how completion and the help
 // tests see a command's flags.
-func parseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
+func ParseArgs(fs *flag.FlagSet, args []string, stdout io.Writer) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	addLongNames(fs)
-	if sink, ok := stdout.(*flagSink); ok {
+	if sink, ok := stdout.(*FlagSink); ok {
 		sink.fs = fs
 		return nil, flag.ErrHelp
 	}
@@ -201,16 +244,16 @@ func longDashes(err error) error {
 	return errors.New(msg)
 }
 
-// flagSink is a stdout that makes parseArgs hand over the command's FlagSet and stop (flag.ErrHelp).
-type flagSink struct {
+// FlagSink is a stdout that makes ParseArgs hand over the command's FlagSet and stop (flag.ErrHelp).
+type FlagSink struct {
 	bytes.Buffer
 	fs *flag.FlagSet
 }
 
-// flagSetOf is the FlagSet a command parses its arguments with, got by running it with a flagSink.
-func flagSetOf(ctx context.Context, c command) *flag.FlagSet {
-	sink := &flagSink{}
-	_ = c.run(ctx, nil, strings.NewReader(""), sink, io.Discard)
+// FlagSetOf is the FlagSet a command parses its arguments with, got by running it with a FlagSink.
+func FlagSetOf(ctx context.Context, c Command) *flag.FlagSet {
+	sink := &FlagSink{}
+	_ = c.Run(ctx, nil, strings.NewReader(""), sink, io.Discard)
 	return sink.fs
 }
 
@@ -231,15 +274,19 @@ func addLongNames(fs *flag.FlagSet) {
 // dash and its long name, -o, --output; every other with two, --drain-timeout; the flag package accepts one
 // dash or two), its examples and its exit codes.
 func printHelp(fs *flag.FlagSet, w io.Writer) {
-	if helpFlags != nil {
-		helpFlags(fs)
+	if HelpFlags != nil {
+		HelpFlags(fs)
 	}
 	syn := synopsis[fs.Name()]
 	if syn == "" {
 		syn = "[FLAGS]"
 	}
 	fmt.Fprintf(w, "Usage: shutdown-manager %s %s\n\n", fs.Name(), syn)
-	if a := about[fs.Name()]; a != "" {
+	a := about[fs.Name()]
+	if fs.Name() == "install" && fs.Lookup("kubectl-plugin") == nil { // the pod binary's install: no plugin in it
+		a = "Copies this binary to DIR/" + installName + " (mode 0555)."
+	}
+	if a != "" {
 		fmt.Fprintf(w, "%s\n\n", a)
 	}
 	if hasFlags(fs) {
@@ -250,7 +297,7 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 			return // shown with its one-letter name
 		}
 		kind, usage := flag.UnquoteUsage(f)
-		line := "  " + dashed(f.Name)
+		line := "  " + Dashed(f.Name)
 		if long := longNames[f.Name]; long != "" && fs.Lookup(long) != nil {
 			line += ", --" + long
 		}
@@ -267,7 +314,7 @@ func printHelp(fs *flag.FlagSet, w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	})
-	printExamples(w, fs.Name())
+	PrintExamples(w, fs.Name())
 }
 
 // hasFlags reports whether fs defines a flag.
@@ -287,12 +334,12 @@ func shortName(long string) string {
 	return ""
 }
 
-// helpFlags, when set, is given each command's flag set as its help is printed: the reference of
+// HelpFlags, when set, is given each command's flag set as its help is printed: the reference of
 // docs/reference.md is generated from the flag sets the commands really parse (reference_test.go).
-var helpFlags func(*flag.FlagSet)
+var HelpFlags func(*flag.FlagSet)
 
-// dashed spells a flag's name as help and the README do: -f, --drain-timeout.
-func dashed(name string) string {
+// Dashed spells a flag's name as help and the README do: -f, --drain-timeout.
+func Dashed(name string) string {
 	if len(name) == 1 {
 		return "-" + name
 	}

@@ -43,14 +43,14 @@ const adminFound = "\n(not given: read from the bootstrap on the command line of
 func (f *countFlags) config() (agent.StatusConfig, error) {
 	addr, err := envoyadmin.ParseAddress(f.admin)
 	if err != nil {
-		return agent.StatusConfig{}, usagef("--admin-address: %v", err)
+		return agent.StatusConfig{}, Usagef("--admin-address: %v", err)
 	}
 	if f.adminTimeout <= 0 {
-		return agent.StatusConfig{}, usagef("--admin-timeout must be positive")
+		return agent.StatusConfig{}, Usagef("--admin-timeout must be positive")
 	}
 	mode, err := drain.ParseMode(f.count)
 	if err != nil {
-		return agent.StatusConfig{}, usagef("--count: %v", err)
+		return agent.StatusConfig{}, Usagef("--count: %v", err)
 	}
 	return agent.StatusConfig{Admin: addr, AdminTimeout: f.adminTimeout, Mode: mode,
 		Selector: drain.Selector{Include: f.include, Exclude: f.exclude, Names: flagName}}, nil
@@ -91,10 +91,10 @@ func (f *drainFlags) config() (agent.EngineConfig, error) {
 	}
 	ld, err := drain.ParseListenerDrain(f.listeners)
 	if err != nil {
-		return agent.EngineConfig{}, usagef("--drain-listeners: %v", err)
+		return agent.EngineConfig{}, Usagef("--drain-listeners: %v", err)
 	}
 	if f.goneAfter <= 0 {
-		return agent.EngineConfig{}, usagef("--envoy-gone-after must be positive")
+		return agent.EngineConfig{}, Usagef("--envoy-gone-after must be positive")
 	}
 	cfg := drain.Config{
 		Delay:         f.delay,
@@ -140,13 +140,13 @@ func flagName(s drain.Setting) string {
 // flagError turns the drain's invalid setting into a usage error that names its flag.
 func flagError(err error) error {
 	if ce, ok := errors.AsType[*drain.ConfigError](err); ok {
-		return usagef("%s", ce.Text(flagName))
+		return Usagef("%s", ce.Text(flagName))
 	}
 	return usageError{err}
 }
 
-// isFlagSet reports whether the command line set the flag name (as opposed to its default).
-func isFlagSet(fs *flag.FlagSet, name string) bool {
+// IsFlagSet reports whether the command line set the flag name (as opposed to its default).
+func IsFlagSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
 	return set
@@ -175,14 +175,14 @@ func (l *regexpList) Set(v string) error {
 	return nil
 }
 
-// logFlags choose the log's format, level and destination.
-type logFlags struct {
+// LogFlags choose the log's format, level and destination.
+type LogFlags struct {
 	format string
 	level  string
 	output string
 }
 
-func (f *logFlags) register(fs *flag.FlagSet) {
+func (f *LogFlags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.format, "log-format", "json", "log format: json or text")
 	fs.StringVar(&f.level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&f.output, "log-output", "stderr", "where logs go: stderr, stdout, envoy (the stdout of Envoy's process, found in /proc, so an exec hook's log shows in kubectl logs of Envoy's container; pid1 is an old name for it), or a file path; a destination that cannot be opened falls back to stderr with a warning")
@@ -192,16 +192,16 @@ func (f *logFlags) register(fs *flag.FlagSet) {
 // error: a destination that cannot be opened at run time (another user's process, a socket, a read-only
 // file system) falls back to stderr, with one warning there, because a hook that exits instead of
 // draining lets Envoy's SIGTERM through with requests in flight.
-func (f *logFlags) logger(stdout, stderr io.Writer) (*slog.Logger, func(), error) {
+func (f *LogFlags) Logger(stdout, stderr io.Writer) (*slog.Logger, func(), error) {
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.level)); err != nil {
-		return nil, nil, usagef("--log-level: %q is not one of debug, info, warn, error", f.level)
+		return nil, nil, Usagef("--log-level: %q is not one of debug, info, warn, error", f.level)
 	}
 	if f.format != "json" && f.format != "text" {
-		return nil, nil, usagef("--log-format: %q is not one of json, text", f.format)
+		return nil, nil, Usagef("--log-format: %q is not one of json, text", f.format)
 	}
 	if f.output == "" {
-		return nil, nil, usagef("--log-output must not be empty")
+		return nil, nil, Usagef("--log-output must not be empty")
 	}
 	w, closer, openErr := openLogOutput(f.output, stdout, stderr)
 	opts := &slog.HandlerOptions{Level: level}

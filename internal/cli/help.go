@@ -1,13 +1,8 @@
 package cli
 
 import (
-	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"slices"
-	"strings"
 )
 
 // example is one command line of a command's help, with what it does. TestHelpSections parses each with the
@@ -98,8 +93,8 @@ var exitCodes = map[string][][2]string{
 
 var defaultExitCodes = [][2]string{{"0", "done"}, {"1", "the command failed"}, {"2", "bad flags or arguments"}}
 
-// printExamples writes the Examples and Exit codes sections of the command named name.
-func printExamples(w io.Writer, name string) {
+// PrintExamples writes the Examples and Exit codes sections of the command named name.
+func PrintExamples(w io.Writer, name string) {
 	if exs := examples[name]; len(exs) > 0 {
 		fmt.Fprintln(w, "\nExamples:")
 		for i, e := range exs {
@@ -117,54 +112,4 @@ func printExamples(w io.Writer, name string) {
 	for _, c := range codes {
 		fmt.Fprintf(w, "  %-7s %s\n", c[0], c[1])
 	}
-}
-
-// CheckArgs parses a command line's arguments (as Run takes them: the command first, or help and a command;
-// "kubectl" and the plugin's command for the plugin) with the command's own flags, without running it: an unknown command or
-// flag, or a bad flag value the flag package sees, is an error. The help's examples and docs/cli.md are
-// checked with it.
-func CheckArgs(args []string) error {
-	if len(args) == 0 {
-		return errors.New("no command")
-	}
-	if len(args) == 2 && args[0] == "help" {
-		args = []string{args[1], "--help"}
-	}
-	table, name := commands(), args[0]
-	if name == "kubectl" {
-		if len(args) < 2 {
-			return errors.New("kubectl: no command")
-		}
-		table, name, args = kubectlCommands(), args[1], args[1:]
-	}
-	i := slices.IndexFunc(table, func(c command) bool { return c.name == name })
-	if i < 0 {
-		return fmt.Errorf("unknown command %q", name)
-	}
-	fs := flagSetOf(context.Background(), table[i])
-	if fs == nil {
-		return fmt.Errorf("%s: no flags read", name)
-	}
-	_, err := parseArgs(fs, args[1:], io.Discard)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
-	return err
-}
-
-// CommandsIn are the arguments Run would get for each command of this binary in a shell line (its commands
-// separated by " | "): "shutdown-manager X …" is X …, "kubectl shutdown-manager X …" is kubectl X …; other
-// programs' commands are left out.
-func CommandsIn(line string) [][]string {
-	var cmds [][]string
-	for _, part := range strings.Split(line, " | ") {
-		words := strings.Fields(part)
-		switch {
-		case len(words) >= 2 && words[0] == "shutdown-manager":
-			cmds = append(cmds, words[1:])
-		case len(words) >= 3 && words[0] == "kubectl" && words[1] == "shutdown-manager":
-			cmds = append(cmds, append([]string{"kubectl"}, words[2:]...))
-		}
-	}
-	return cmds
 }

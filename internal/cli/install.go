@@ -14,6 +14,15 @@ import (
 // /opt/shutdown-manager/shutdown-manager.
 const installName = "shutdown-manager"
 
+// Install is the install command, with --kubectl-plugin when plugin is true (the full CLI: the pod binary
+// has no kubectl plugin to install).
+func Install(plugin bool) Command {
+	return Command{"install", "copy this binary to DIR/shutdown-manager, mode 0555 (the image has no shell or cp: hook mode's init container)",
+		func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+			return runInstall(ctx, args, plugin, stdout, stderr)
+		}}
+}
+
 // runInstall copies the running binary into DIR as DIR/shutdown-manager with mode 0555, for hook mode's init
 // container: the image is FROM scratch, with no shell and no cp, so the binary copies itself. Mode 0555
 // because Envoy's container, which executes the copy, may run as another UID.
@@ -21,20 +30,23 @@ const installName = "shutdown-manager"
 // The copy is atomic (a temporary file in DIR, synced, made 0555, renamed over the target), so a container
 // never sees a partial binary, and repeating it (a restarted init container) is harmless. It writes nothing
 // outside DIR: it works as non-root with a read-only root filesystem when DIR is a writable volume.
-func runInstall(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
+func runInstall(ctx context.Context, args []string, withPlugin bool, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("install", flag.ContinueOnError)
-	var lf logFlags
-	lf.register(fs)
-	plugin := fs.Bool("kubectl-plugin", false, "install the kubectl plugin instead: DIR/"+pluginName+" (mode 0555), for a DIR on the PATH; kubectl then runs it as kubectl shutdown-manager")
-	rest, err := parseArgs(fs, args, stdout)
+	var lf LogFlags
+	lf.Register(fs)
+	plugin := new(bool)
+	if withPlugin {
+		plugin = fs.Bool("kubectl-plugin", false, "install the kubectl plugin instead: DIR/"+PluginName+" (mode 0555), for a DIR on the PATH; kubectl then runs it as kubectl shutdown-manager")
+	}
+	rest, err := ParseArgs(fs, args, stdout)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 {
-		return usagef("want one argument, the directory to install into (got %d)", len(rest))
+		return Usagef("want one argument, the directory to install into (got %d)", len(rest))
 	}
 	dir := rest[0]
-	log, closeLog, err := lf.logger(stdout, stderr)
+	log, closeLog, err := lf.Logger(stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -46,7 +58,7 @@ func runInstall(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	defer src.Close()
 	name := installName
 	if *plugin {
-		name = pluginName
+		name = PluginName
 	}
 	dst := filepath.Join(dir, name)
 	n, err := installFile(ctx, src, dst)

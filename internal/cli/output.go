@@ -1,29 +1,26 @@
 package cli
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/yamljson"
 )
 
-// outputFlag registers -o (and --output, parseArgs) with the command's choices (outputs), the first the
+// OutputFlag registers -o (and --output, ParseArgs) with the command's choices (Outputs), the first the
 // default.
-func outputFlag(fs *flag.FlagSet) *string {
-	choices := outputs[fs.Name()]
+func OutputFlag(fs *flag.FlagSet) *string {
+	choices := Outputs[fs.Name()]
 	return fs.String("o", choices[0], "output format: "+strings.Join(choices, ", "))
 }
 
-// outputs are the -o choices of each command that has -o, by FlagSet name, the default first; help and
+// Outputs are the -o choices of each command that has -o, by FlagSet name, the default first; help and
 // completion read them.
-var outputs = map[string][]string{
+var Outputs = map[string][]string{
 	"status":         {"table", "json", "yaml"},
 	"version":        {"text", "json"},
 	"inject":         {"yaml", "json"},
@@ -31,22 +28,22 @@ var outputs = map[string][]string{
 	"kubectl status": {"table", "wide", "json", "yaml"},
 }
 
-// checkOutput refuses an -o value that is not one of the command's choices.
-func checkOutput(fs *flag.FlagSet, value string) error {
-	if choices := outputs[fs.Name()]; !slices.Contains(choices, value) {
-		return usagef("-o: %q is not one of %s", value, strings.Join(choices, ", "))
+// CheckOutput refuses an -o value that is not one of the command's choices.
+func CheckOutput(fs *flag.FlagSet, value string) error {
+	if choices := Outputs[fs.Name()]; !slices.Contains(choices, value) {
+		return Usagef("-o: %q is not one of %s", value, strings.Join(choices, ", "))
 	}
 	return nil
 }
 
-// writeStructured writes v as indented JSON or as YAML.
-func writeStructured(w io.Writer, format string, v any) error {
+// WriteStructured writes v as indented JSON or as YAML.
+func WriteStructured(w io.Writer, format string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encoding %s: %w", format, err)
 	}
 	if format == "yaml" {
-		if b, err = yaml.JSONToYAML(b); err != nil {
+		if b, err = yamljson.JSONToYAML(b); err != nil {
 			return fmt.Errorf("encoding yaml: %w", err)
 		}
 		_, err = w.Write(b)
@@ -54,61 +51,4 @@ func writeStructured(w io.Writer, format string, v any) error {
 	}
 	_, err = fmt.Fprintf(w, "%s\n", b)
 	return err
-}
-
-var yamlSeparator = regexp.MustCompile(`^---(\s.*)?$`)
-
-// manifestsAsJSON turns a stream of YAML documents (inject's output) into JSON as kubectl -o json writes
-// objects: one object as itself, several as a v1 List of them (a List's items become its items). Empty
-// documents are dropped.
-func manifestsAsJSON(stream []byte) ([]byte, error) {
-	var docs []json.RawMessage
-	var cur bytes.Buffer
-	flush := func() error {
-		j, err := yaml.YAMLToJSON(cur.Bytes())
-		cur.Reset()
-		if err != nil {
-			return fmt.Errorf("converting to json: %w", err)
-		}
-		if t := bytes.TrimSpace(j); len(t) == 0 || string(t) == "null" {
-			return nil
-		}
-		var list struct {
-			Kind  string            `json:"kind"`
-			Items []json.RawMessage `json:"items"`
-		}
-		if json.Unmarshal(j, &list) == nil && list.Kind == "List" {
-			docs = append(docs, list.Items...)
-			return nil
-		}
-		docs = append(docs, j)
-		return nil
-	}
-	sc := bufio.NewScanner(bytes.NewReader(stream))
-	sc.Buffer(nil, len(stream)+1)
-	for sc.Scan() {
-		if yamlSeparator.MatchString(strings.TrimRight(sc.Text(), "\r")) {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-			continue
-		}
-		cur.Write(sc.Bytes())
-		cur.WriteByte('\n')
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	if err := flush(); err != nil {
-		return nil, err
-	}
-	var v any = map[string]any{"apiVersion": "v1", "kind": "List", "items": docs}
-	if len(docs) == 1 {
-		v = docs[0]
-	}
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
 }

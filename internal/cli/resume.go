@@ -15,45 +15,45 @@ import (
 // admin API (POST /healthcheck/ok). It prints one line; exit 0 when Envoy's health checks pass again.
 func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
-	var lf logFlags
-	lf.register(fs)
+	var lf LogFlags
+	lf.Register(fs)
 	admin := fs.String("admin-address", defaultAdmin, "without --via: Envoy's admin API, http://IP:PORT, IP:PORT (meaning http) or unix:///path/admin.sock")
 	fs.Lookup("admin-address").Usage += adminFound
 	adminTimeout := fs.Duration("admin-timeout", time.Second, "without --via: timeout of each admin API request")
 	via := fs.String("via", "", "resume through a serve API at this address (unix:///path/api.sock or http://IP:PORT): it refuses while its drain holds waiters, and logs who asked")
 	tokenFile := fs.String("token-file", "", "with --via: send the secret in this file as \"Authorization: Bearer <secret>\"")
 	force := fs.Bool("force", false, "with --via: cancel a running drain (its callers get 503 \"canceled by resume\") instead of refusing")
-	if err := parse(fs, args, stdout); err != nil {
+	if err := Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *via == "" && (*force || *tokenFile != "") {
-		return usagef("--force and --token-file need --via (without it, resume talks to Envoy, where no drain runs to cancel)")
+		return Usagef("--force and --token-file need --via (without it, resume talks to Envoy, where no drain runs to cancel)")
 	}
 	if *adminTimeout <= 0 {
-		return usagef("--admin-timeout must be positive")
+		return Usagef("--admin-timeout must be positive")
 	}
 	cfg := agent.ResumeConfig{Force: *force, AdminTimeout: *adminTimeout, Version: Version}
 	if *via != "" {
 		if *tokenFile != "" {
 			tf, err := agent.ReadToken(*tokenFile)
 			if err != nil {
-				return usagef("--token-file: %v", err)
+				return Usagef("--token-file: %v", err)
 			}
 			cfg.Token = tf
 		}
 		addr, err := envoyadmin.ParseAddress(*via)
 		if err != nil {
-			return usagef("--via: %v", err)
+			return Usagef("--via: %v", err)
 		}
 		cfg.Via = &addr
 	} else {
 		addr, err := envoyadmin.ParseAddress(*admin)
 		if err != nil {
-			return usagef("--admin-address: %v", err)
+			return Usagef("--admin-address: %v", err)
 		}
-		cfg.Admin, cfg.FindAdmin = addr, !isFlagSet(fs, "admin-address")
+		cfg.Admin, cfg.FindAdmin = addr, !IsFlagSet(fs, "admin-address")
 	}
-	log, closeLog, err := lf.logger(stdout, stderr)
+	log, closeLog, err := lf.Logger(stdout, stderr)
 	if err != nil {
 		return err
 	}

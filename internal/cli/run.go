@@ -18,7 +18,7 @@ import (
 // runFlags are `run`'s flags: the drain flags and its own.
 type runFlags struct {
 	drainFlags
-	log         logFlags
+	log         LogFlags
 	api         apiFlags
 	stopTimeout time.Duration
 	listen      string
@@ -27,7 +27,7 @@ type runFlags struct {
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.drainFlags.register(fs)
-	f.log.register(fs)
+	f.log.Register(fs)
 	f.api.register(fs)
 	fs.DurationVar(&f.stopTimeout, "stop-timeout", supervisor.DefaultStopTimeout, "after the drain, wait this long for Envoy to exit after POST /quitquitquit, then SIGTERM, then SIGKILL 1s later")
 	fs.StringVar(&f.listen, "listen", "", "also serve the HTTP API (/healthz, /shutdown, /status, /metrics) here: [IP]:PORT (an IP literal; no IP: all interfaces) or unix:///path (default: no API)")
@@ -42,12 +42,12 @@ func runRun(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	f.register(fs)
 	sep := slices.Index(args, "--")
 	if sep < 0 {
-		if err := parse(fs, args, stdout); err != nil {
+		if err := Parse(fs, args, stdout); err != nil {
 			return err
 		}
-		return usagef("give Envoy's command after --, as in: shutdown-manager run -- envoy -c /etc/envoy/envoy.yaml")
+		return Usagef("give Envoy's command after --, as in: shutdown-manager run -- envoy -c /etc/envoy/envoy.yaml")
 	}
-	if err := parse(fs, args[:sep], stdout); err != nil {
+	if err := Parse(fs, args[:sep], stdout); err != nil {
 		return err
 	}
 	cfg, err := f.config(fs, args[sep+1:])
@@ -56,7 +56,7 @@ func runRun(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 	}
 	// Envoy shares this process's standard files; a stream that is not a file (a test's buffer) is /dev/null.
 	cfg.Stdio = [3]*os.File{asFile(stdin), asFile(stdout), asFile(stderr)}
-	log, closeLog, err := f.log.logger(stdout, stderr)
+	log, closeLog, err := f.log.Logger(stdout, stderr)
 	if err != nil {
 		return err
 	}
@@ -72,27 +72,27 @@ func asFile(v any) *os.File {
 // config validates the parsed flags (fs tells which were set) and Envoy's command into the agent's configuration.
 func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (agent.RunConfig, error) {
 	if len(envoyArgs) == 0 {
-		return agent.RunConfig{}, usagef("give Envoy's command after --")
+		return agent.RunConfig{}, Usagef("give Envoy's command after --")
 	}
 	if f.stopTimeout <= 0 {
-		return agent.RunConfig{}, usagef("--stop-timeout must be positive")
+		return agent.RunConfig{}, Usagef("--stop-timeout must be positive")
 	}
 	if f.grace < 0 {
-		return agent.RunConfig{}, usagef("--termination-grace-period must not be negative")
+		return agent.RunConfig{}, Usagef("--termination-grace-period must not be negative")
 	}
-	if f.grace > 0 && !isFlagSet(fs, "drain-timeout") {
+	if f.grace > 0 && !IsFlagSet(fs, "drain-timeout") {
 		f.timeout = f.grace - f.stopTimeout - supervisor.StopMargin
 		if f.timeout <= drain.AddDurations(f.delay, f.minDuration) {
-			return agent.RunConfig{}, usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
+			return agent.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
 		}
 		if f.timeout <= drain.AddDurations(f.delay, f.quiet) {
-			return agent.RunConfig{}, usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, f.timeout)
+			return agent.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, f.timeout)
 		}
 	}
-	if !isFlagSet(fs, "admin-address") {
+	if !IsFlagSet(fs, "admin-address") {
 		addr, err := envoyadmin.AdminFromCommandLine(envoyArgs, os.ReadFile)
 		if err != nil {
-			return agent.RunConfig{}, usagef("--admin-address not given and %v", err)
+			return agent.RunConfig{}, Usagef("--admin-address not given and %v", err)
 		}
 		f.admin = addr.String()
 	}
@@ -102,13 +102,13 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (agent.RunConfig
 	}
 	path, err := exec.LookPath(envoyArgs[0])
 	if err != nil {
-		return agent.RunConfig{}, usagef("envoy command: %v", err)
+		return agent.RunConfig{}, Usagef("envoy command: %v", err)
 	}
 	cfg := agent.RunConfig{Engine: ecfg, EnvoyPath: path, EnvoyArgs: envoyArgs, StopTimeout: f.stopTimeout}
 	var la agent.ListenAddress
 	if f.listen != "" {
 		if la, err = agent.ParseListen(f.listen); err != nil {
-			return agent.RunConfig{}, usagef("--listen: %v", err)
+			return agent.RunConfig{}, Usagef("--listen: %v", err)
 		}
 	}
 	acfg, err := f.api.config(la)
@@ -119,7 +119,7 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (agent.RunConfig
 	case f.listen != "":
 		cfg.API = &acfg
 	case f.api.metricsListen != "" || f.api.tokenFile != "":
-		return agent.RunConfig{}, usagef("--metrics-listen and --token-file need --listen")
+		return agent.RunConfig{}, Usagef("--metrics-listen and --token-file need --listen")
 	}
 	return cfg, nil
 }

@@ -15,14 +15,14 @@ import (
 func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var df drainFlags
-	var lf logFlags
+	var lf LogFlags
 	var af apiFlags
 	df.register(fs)
-	lf.register(fs)
+	lf.Register(fs)
 	af.register(fs)
 	listen := fs.String("listen", ":8090", "where the API listens: [IP]:PORT (an IP literal; no IP: all interfaces) or unix:///path/api.sock")
 	triggerWait := fs.Duration("trigger-wait", 3*time.Second, "after SIGTERM with no drain running, wait this long for a /shutdown that may be on its way, then exit")
-	if err := parse(fs, args, stdout); err != nil {
+	if err := Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	ecfg, err := df.config()
@@ -31,19 +31,19 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	}
 	la, err := agent.ParseListen(*listen)
 	if err != nil {
-		return usagef("--listen: %v", err)
+		return Usagef("--listen: %v", err)
 	}
 	if *triggerWait < 0 {
-		return usagef("--trigger-wait must not be negative")
+		return Usagef("--trigger-wait must not be negative")
 	}
 	acfg, err := af.config(la)
 	if err != nil {
 		return err
 	}
 	if acfg.Metrics != nil && *acfg.Metrics == la && !strings.HasSuffix(la.Addr(), ":0") { // port 0: two ports chosen
-		return usagef("--metrics-listen must differ from --listen")
+		return Usagef("--metrics-listen must differ from --listen")
 	}
-	log, closeLog, err := lf.logger(stdout, stderr)
+	log, closeLog, err := lf.Logger(stdout, stderr)
 	if err != nil {
 		return err
 	}

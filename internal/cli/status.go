@@ -18,16 +18,16 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 	var cf countFlags // only what changes the count: the drain's timing flags mean nothing here
 	cf.register(fs)
 	fs.Lookup("admin-address").Usage += adminFound
-	output := outputFlag(fs)
-	if err := parse(fs, args, stdout); err != nil {
+	output := OutputFlag(fs)
+	if err := Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	cfg, err := cf.config()
 	if err != nil {
 		return err
 	}
-	cfg.FindAdmin = !isFlagSet(fs, "admin-address")
-	if err := checkOutput(fs, *output); err != nil {
+	cfg.FindAdmin = !IsFlagSet(fs, "admin-address")
+	if err := CheckOutput(fs, *output); err != nil {
 		return err
 	}
 	rep, err := agent.Status(ctx, cfg)
@@ -35,7 +35,7 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 		return err
 	}
 	if *output != "table" {
-		return writeStructured(stdout, *output, rep)
+		return WriteStructured(stdout, *output, rep)
 	}
 	fmt.Fprintf(stdout, "envoy %s at %s\n\n", rep.EnvoyState, rep.Admin)
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)

@@ -55,11 +55,11 @@ func vcsRevision(settings []debug.BuildSetting) string {
 func runVersion(_ context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("version", flag.ContinueOnError)
 	short := fs.Bool("short", false, "print the version alone, without the program's name (for scripts)")
-	output := outputFlag(fs)
-	if err := parse(fs, args, stdout); err != nil {
+	output := OutputFlag(fs)
+	if err := Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if err := checkOutput(fs, *output); err != nil {
+	if err := CheckOutput(fs, *output); err != nil {
 		return err
 	}
 	bi := buildInfo()

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/yamljson"
 )
 
 // AdminFromBootstrap reads the admin address from an Envoy bootstrap (YAML or JSON): a socket_address
@@ -28,13 +28,13 @@ func AdminFromBootstrap(data []byte) (addr Address, found bool, err error) {
 		} `json:"admin"`
 	}
 	var top any
-	if err := yaml.Unmarshal(data, &top); err != nil {
+	if err := yamljson.Unmarshal(data, &top); err != nil {
 		return Address{}, false, fmt.Errorf("reading bootstrap: %w", err)
 	}
 	if _, ok := top.(map[string]any); !ok && top != nil {
 		return Address{}, false, fmt.Errorf("the bootstrap is not a YAML or JSON mapping (%T)", top)
 	}
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	if err := yamljson.Unmarshal(data, &doc); err != nil {
 		return Address{}, false, fmt.Errorf("reading bootstrap: %w", err)
 	}
 	if doc.Admin == nil || doc.Admin.Address == nil {

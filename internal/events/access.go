@@ -11,7 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/yamljson"
 )
 
 // access is where the API server is and who to be there: a kubeconfig's current context, or the pod's
@@ -157,7 +157,7 @@ func readKubeconfigContext(path, name string) (access, error) {
 		return access{}, err
 	}
 	var kc kubeconfig
-	if err := yaml.Unmarshal(b, &kc); err != nil {
+	if err := yamljson.Unmarshal(b, &kc); err != nil {
 		return access{}, fmt.Errorf("decoding: %w", err)
 	}
 	if name == "" {

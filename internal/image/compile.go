@@ -17,8 +17,13 @@ const (
 	CommitVar  = "github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit"
 )
 
-// MainPackage is the command the image holds, relative to the module's root.
-const MainPackage = "./cmd/shutdown-manager"
+// MainPackage is the command the pod image holds, relative to the module's root: the pod binary (drain, serve,
+// run, …; no Kubernetes types), what Envoy's pods run. ClusterPackage is the cluster image's: the full CLI, which
+// the chart's webhook Deployment runs (webhook) and the release archives hold.
+const (
+	MainPackage    = "./cmd/shutdown-manager-pod"
+	ClusterPackage = "./cmd/shutdown-manager"
+)
 
 // LDFlags returns the linker flags of `make build` for version and commit: no symbol table or DWARF (-s -w),
 // the version and the commit stamped (the binary's `version` prints both).
@@ -33,15 +38,20 @@ type CompileConfig struct {
 	Commit    string   // stamped into the binary: the commit hash (git rev-parse HEAD), or empty
 	Arches    []string // GOARCH values, each built for GOOS=linux
 	Go        string   // the go command; "go" when empty
+	Package   string   // the main package to build; MainPackage when empty
 }
 
-// Compile builds MainPackage as `make build` does (CGO_ENABLED=0, -trimpath, LDFlags; plus -buildvcs=false)
+// Compile builds c.Package (MainPackage when empty) as `make build` does (CGO_ENABLED=0, -trimpath, LDFlags; plus -buildvcs=false)
 // once per arch, and returns the binaries in the order of c.Arches. The output depends only on the sources,
 // the flags and the Go toolchain, which is what makes the image reproducible.
 func Compile(ctx context.Context, c CompileConfig) ([]Binary, error) {
 	goCmd := c.Go
 	if goCmd == "" {
 		goCmd = "go"
+	}
+	pkg := c.Package
+	if pkg == "" {
+		pkg = MainPackage
 	}
 	tmp, err := os.MkdirTemp("", "shutdown-manager-build-")
 	if err != nil {
@@ -53,7 +63,7 @@ func Compile(ctx context.Context, c CompileConfig) ([]Binary, error) {
 		out := filepath.Join(tmp, "shutdown-manager-"+arch)
 		// -buildvcs=false: the binary must not depend on whether a .git directory is present (a source
 		// tarball, the Dockerfile's context); the revision is stamped (Commit) and in the image's labels.
-		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(c.Version, c.Commit), "-o", out, MainPackage)
+		cmd := exec.CommandContext(ctx, goCmd, "build", "-trimpath", "-buildvcs=false", "-ldflags", LDFlags(c.Version, c.Commit), "-o", out, pkg)
 		cmd.Dir = c.ModuleDir
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+arch)
 		var stderr bytes.Buffer

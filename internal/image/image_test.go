@@ -338,6 +338,62 @@ func TestImageBinaryRuns(t *testing.T) {
 	if got.Version != testMetadata.Version || got.Commit != testMetadata.Revision {
 		t.Errorf("version -o json = %s, want version %q and commit %q stamped", out, testMetadata.Version, testMetadata.Revision)
 	}
+	// The pod image holds the pod binary: a cluster command is the full CLI's (exit 2).
+	if err := exec.Command(path, "webhook", "--help").Run(); exitCode(err) != 2 {
+		t.Errorf("the pod image's binary ran webhook --help: %v, want exit 2 (the command of the full CLI)", err)
+	}
+}
+
+// TestClusterImageBinary: the cluster image (ClusterPackage, built as Compile builds the pod image) holds the full
+// CLI, stamped, whose webhook command the chart's Deployment runs.
+func TestClusterImageBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: does not compile the full CLI")
+	}
+	if runtime.GOOS != "linux" || (runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64") {
+		t.Skipf("the image's binaries run on linux/amd64 and linux/arm64, not %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	bins, err := Compile(t.Context(), CompileConfig{ModuleDir: moduleRoot(t), Version: testMetadata.Version,
+		Commit: testMetadata.Revision, Arches: []string{runtime.GOARCH}, Package: ClusterPackage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err := NewImage(testMetadata, bins[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(uncompressedLayer(t, img))
+	if h, err := tr.Next(); err != nil || h.Name != "shutdown-manager" {
+		t.Fatalf("the cluster image's layer: %v, %v; want shutdown-manager", h, err)
+	}
+	data, err := io.ReadAll(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "shutdown-manager")
+	if err := os.WriteFile(path, data, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(path, "webhook", "--help").Output(); err != nil || !bytes.Contains(out, []byte("--tls-cert-file")) {
+		t.Errorf("the cluster image's webhook --help: %v:\n%s", err, out)
+	}
+	out, err := exec.Command(path, "version", "-o", "json").Output()
+	var got struct{ Version, Commit string }
+	if err != nil || json.Unmarshal(out, &got) != nil || got.Version != testMetadata.Version || got.Commit != testMetadata.Revision {
+		t.Errorf("the cluster image's version -o json = %s (%v), want version %q and commit %q", out, err, testMetadata.Version, testMetadata.Revision)
+	}
+}
+
+// exitCode is the exit status of a command's error: 0 for nil, -1 when it did not exit.
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
 }
 
 func uncompressedLayer(t *testing.T, img v1.Image) io.Reader {

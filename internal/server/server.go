@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -303,4 +304,15 @@ func NewHTTPServer(h http.Handler) *http.Server {
 		IdleTimeout:       60 * time.Second,
 		MaxHeaderBytes:    16 << 10,
 	}
+}
+
+// BuildInfo is shutdown_manager_build_info{version, goversion} 1: which build is running, for dashboards.
+func BuildInfo(version string) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "shutdown_manager_build_info",
+		Help:        "Always 1; the labels say which build of shutdown-manager is running.",
+		ConstLabels: prometheus.Labels{"version": version, "goversion": runtime.Version()},
+	})
+	g.Set(1)
+	return g
 }

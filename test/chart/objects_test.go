@@ -211,30 +211,35 @@ func TestWebhookObjects(t *testing.T) {
 	}
 }
 
-// TestImageDigest: a digest wins over the tag, for the webhook and the injected containers.
+// TestImageDigest: a digest wins over the tag, for the injected containers (the pod image) and for the webhook (the
+// cluster image, its own digest).
 func TestImageDigest(t *testing.T) {
 	h := newHelm(t)
 	out := h.must(t, "template", "shutdown-manager", h.chart, "--namespace", namespace,
-		"--set", "image.repository=registry.example/sm,image.tag=v1,image.digest=sha256:"+strings.Repeat("ab", 32))
+		"--set", "image.repository=registry.example/sm,image.tag=v1,image.digest=sha256:"+strings.Repeat("ab", 32),
+		"--set", "clusterImage.repository=registry.example/sm-cluster,clusterImage.tag=v1,clusterImage.digest=sha256:"+strings.Repeat("cd", 32))
 	var d appsv1.Deployment
 	only(t, objects(t, out), "Deployment", &d)
 	want := "registry.example/sm@sha256:" + strings.Repeat("ab", 32)
+	wantWebhook := "registry.example/sm-cluster@sha256:" + strings.Repeat("cd", 32)
 	c := d.Spec.Template.Spec.Containers[0]
-	if c.Image != want {
-		t.Errorf("image = %s, want %s", c.Image, want)
+	if c.Image != wantWebhook {
+		t.Errorf("image = %s, want %s", c.Image, wantWebhook)
 	}
 	if !slices.Contains(c.Args, "--image="+want) {
 		t.Errorf("args %q do not inject %s", c.Args, want)
 	}
 }
 
-// TestDefaultImage: the packaged chart (appVersion the release) runs and injects the image that release publishes;
-// the chart as it sits in the repository (appVersion dev, an image no registry serves) refuses to render without
-// image.tag or image.digest, with one line saying what to set, rather than install a webhook that cannot be
-// pulled and, with failurePolicy Ignore, lets every pod through uninjected. Given a tag or digest it renders.
+// TestDefaultImage: the packaged chart (appVersion the release) runs the cluster image and injects the pod image
+// that release publishes; the chart as it sits in the repository (appVersion dev, an image no registry serves)
+// refuses to render without image.tag or image.digest, with one line saying what to set, rather than install a
+// webhook that cannot be pulled and, with failurePolicy Ignore, lets every pod through uninjected. Given a tag or
+// digest it renders; image.tag names the cluster image's tag too, a digest pins one image.
 func TestDefaultImage(t *testing.T) {
 	h := newHelm(t)
 	const repository = "ghcr.io/envoy-shutdown-manager/shutdown-manager"
+	const clusterRepository = "ghcr.io/envoy-shutdown-manager/shutdown-manager-cluster"
 	image := func(t *testing.T, out string) (string, []string) {
 		t.Helper()
 		var d appsv1.Deployment
@@ -242,14 +247,16 @@ func TestDefaultImage(t *testing.T) {
 		return d.Spec.Template.Spec.Containers[0].Image, d.Spec.Template.Spec.Containers[0].Args
 	}
 	for _, tc := range []struct {
-		name, chart string
-		set         []string
-		want        string
+		name, chart   string
+		set           []string
+		want, webhook string
 	}{
-		{"packaged", h.chart, nil, repository + ":" + releaseVersion},
-		{"repository with a tag", chartDir, []string{"image.tag=v0.1.0"}, repository + ":v0.1.0"},
-		{"repository with a digest", chartDir, []string{"image.digest=sha256:" + strings.Repeat("ab", 32)}, repository + "@sha256:" + strings.Repeat("ab", 32)},
-		{"repository with an explicit dev tag", chartDir, []string{"image.repository=shutdown-manager", "image.tag=dev"}, "shutdown-manager:dev"},
+		{"packaged", h.chart, nil, repository + ":" + releaseVersion, clusterRepository + ":" + releaseVersion},
+		{"repository with a tag", chartDir, []string{"image.tag=v0.1.0"}, repository + ":v0.1.0", clusterRepository + ":v0.1.0"},
+		{"repository with a digest", chartDir, []string{"image.digest=sha256:" + strings.Repeat("ab", 32), "clusterImage.digest=sha256:" + strings.Repeat("cd", 32)},
+			repository + "@sha256:" + strings.Repeat("ab", 32), clusterRepository + "@sha256:" + strings.Repeat("cd", 32)},
+		{"repository with an explicit dev tag", chartDir, []string{"image.repository=shutdown-manager", "image.tag=dev", "clusterImage.repository=shutdown-manager-cluster"},
+			"shutdown-manager:dev", "shutdown-manager-cluster:dev"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			args := []string{"template", "shutdown-manager", tc.chart, "--namespace", namespace}
@@ -257,8 +264,8 @@ func TestDefaultImage(t *testing.T) {
 				args = append(args, "--set", s)
 			}
 			img, webhookArgs := image(t, h.must(t, args...))
-			if img != tc.want || !slices.Contains(webhookArgs, "--image="+tc.want) {
-				t.Errorf("image %s, args %q; want %s, injecting it", img, webhookArgs, tc.want)
+			if img != tc.webhook || !slices.Contains(webhookArgs, "--image="+tc.want) {
+				t.Errorf("image %s, args %q; want %s, injecting %s", img, webhookArgs, tc.webhook, tc.want)
 			}
 		})
 	}
@@ -273,6 +280,12 @@ func TestDefaultImage(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), refusal) || strings.Count(err.Error(), refusal) != 1 {
 			t.Errorf("the repository's chart with %q rendered (%v), want it refused saying %q:\n%s", set, err, refusal, firstLines(out, 5))
 		}
+	}
+	// A digest pins the pod image only: the cluster image then needs its own tag or digest.
+	const clusterRefusal = "whose cluster image no registry serves: set clusterImage.tag (or clusterImage.digest, or image.tag for both images)"
+	out, err := h.run("template", "shutdown-manager", chartDir, "--namespace", namespace, "--set", "image.digest=sha256:"+strings.Repeat("ab", 32))
+	if err == nil || !strings.Contains(err.Error(), clusterRefusal) {
+		t.Errorf("the repository's chart with image.digest alone rendered (%v), want it refused saying %q:\n%s", err, clusterRefusal, firstLines(out, 5))
 	}
 }
 

@@ -9,10 +9,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 )
 
-// TestCLIPage: every command line of docs/cli.md parses with the flags of the command it names (cli.CheckArgs),
+// TestCLIPage: every command line of docs/cli.md parses with the flags of the command it names (kubecli.CheckArgs),
 // its -o table says what each command's help says, and its sample table has the plugin's columns. (Its Role is
 // the one test/kube's TestKubectlPlugin applies and runs the plugin with.)
 func TestCLIPage(t *testing.T) {
@@ -32,13 +32,13 @@ func TestCLIPage(t *testing.T) {
 				if s, ok := strings.CutPrefix(line, "source <("); ok {
 					line = strings.TrimSuffix(s, ")")
 				}
-				cmds := cli.CommandsIn(line)
+				cmds := kubecli.CommandsIn(line)
 				if len(cmds) == 0 {
 					t.Errorf("docs/cli.md: %q is not a shutdown-manager command", line)
 				}
 				for _, c := range cmds {
 					n++
-					if err := cli.CheckArgs(c); err != nil {
+					if err := kubecli.CheckArgs(c); err != nil {
 						t.Errorf("docs/cli.md: %q: %v", line, err)
 					}
 				}
@@ -68,7 +68,7 @@ func TestCLIPage(t *testing.T) {
 		for _, name := range strings.Split(m[1], ", ") {
 			args := append(strings.Fields(strings.Trim(name, "`")), "-h")
 			var out bytes.Buffer
-			cli.Run(context.Background(), args, nil, &out, &bytes.Buffer{})
+			kubecli.Run(context.Background(), args, nil, &out, &bytes.Buffer{})
 			i := strings.Index(out.String(), "output format: ")
 			if i < 0 {
 				t.Errorf("docs/cli.md: %v has no -o", args)

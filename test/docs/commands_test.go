@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 )
 
@@ -19,7 +19,7 @@ import (
 func commandFlags(t *testing.T, cmd ...string) []string {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	if cli.Run(context.Background(), append(cmd, "--help"), nil, &stdout, &stderr) != 0 {
+	if kubecli.Run(context.Background(), append(cmd, "--help"), nil, &stdout, &stderr) != 0 {
 		return nil
 	}
 	flags := []string{"-h", "--help"}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 )
 
@@ -93,7 +94,7 @@ func runCLI(t *testing.T, wd string, stdin []byte, args ...string) []byte {
 		}
 	}
 	var stdout, stderr bytes.Buffer
-	if code := cli.Run(context.Background(), args, bytes.NewReader(stdin), &stdout, &stderr); code != 0 {
+	if code := kubecli.Run(context.Background(), args, bytes.NewReader(stdin), &stdout, &stderr); code != 0 {
 		t.Fatalf("shutdown-manager %s: exit %d: %s", strings.Join(args, " "), code, stderr.String())
 	}
 	return stdout.Bytes()
@@ -286,7 +287,7 @@ func checkReleaseImage(t *testing.T, root, line string, w []string) {
 			}
 		}
 	}
-	if got, want := repository+":"+tag, cli.ReleaseRepository+":"+docsRelease; got != want {
+	if got, want := repository+":"+tag, kubecli.ReleaseRepository+":"+docsRelease; got != want {
 		t.Errorf("%q: the image is %s, want the release's %s (--set image.tag=%s)", line, got, want, docsRelease)
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 )
 
 // sleepExample is the workload docs/migrate.md's sleep section calls envoy.yaml: one Deployment whose Envoy has an
@@ -55,7 +55,7 @@ func TestSleepMigration(t *testing.T) {
 			}
 		}
 		var stdout, stderr bytes.Buffer
-		code := cli.Run(context.Background(), args, nil, &stdout, &stderr)
+		code := kubecli.Run(context.Background(), args, nil, &stdout, &stderr)
 		if i == 0 {
 			want := "shutdown-manager inject: " + strings.TrimSpace(texts[0])
 			if code != 1 || !strings.Contains(stderr.String(), want+"\n") {

@@ -701,6 +701,9 @@ const (
 // as the repository's chart has it, appVersion dev).
 var managerRepository, managerTag, _ = strings.Cut(ManagerImage, ":")
 
+// clusterRepository is ClusterImage's repository, the chart's clusterImage.repository (its tag is image.tag's).
+var clusterRepository, _, _ = strings.Cut(ClusterImage, ":")
+
 // installChart installs charts/shutdown-manager (the webhook, two replicas, failurePolicy Ignore, its own
 // certificates) with Helm, as a user would, and waits for the webhook's Deployment.
 func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
@@ -711,7 +714,8 @@ func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), "install", ChartRelease, filepath.Join(root, "charts/shutdown-manager"),
 		"--namespace", ChartNamespace, "--create-namespace", "--kubeconfig", c.API.Kubeconfig,
-		"--set", "image.repository="+managerRepository, "--set", "image.tag="+managerTag, "--set", "image.pullPolicy=Never")
+		"--set", "image.repository="+managerRepository, "--set", "image.tag="+managerTag, "--set", "image.pullPolicy=Never",
+		"--set", "clusterImage.repository="+clusterRepository)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("helm install: %v\n%s", err, out)
 	}

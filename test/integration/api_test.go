@@ -531,7 +531,7 @@ func TestLivenessProbeNotStarved(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		// Where inject sends the probe, as a listener of serve: --port is --listen, --metrics-port --metrics-listen.
 		pod := "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: envoy, image: envoyproxy/envoy:v1.40.0}\n"
-		cmd := exec.Command(smBin, "inject", "--image", "registry.example/shutdown-manager:test", "--mode", "sidecar", "--hook", "http", "--port", "18090", "--metrics-port", "19090", "-f", "-")
+		cmd := exec.Command(cliBin, "inject", "--image", "registry.example/shutdown-manager:test", "--mode", "sidecar", "--hook", "http", "--port", "18090", "--metrics-port", "19090", "-f", "-")
 		cmd.Stdin = strings.NewReader(pod)
 		out, err := cmd.Output()
 		if err != nil {

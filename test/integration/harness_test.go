@@ -22,7 +22,9 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
-var smBin string // the shutdown-manager binary under test, built by TestMain
+// smBin is the binary under test, built by TestMain: the pod binary (cmd/shutdown-manager-pod), what Envoy's pods
+// run. cliBin is the full CLI (cmd/shutdown-manager), for the commands only it has (inject).
+var smBin, cliBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "sm-it-")
@@ -31,11 +33,14 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	smBin = filepath.Join(dir, "shutdown-manager")
-	build := exec.Command("go", "build", "-race", "-o", smBin, "../../cmd/shutdown-manager")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "building shutdown-manager:", err)
-		os.Exit(1)
+	cliBin = filepath.Join(dir, "cli", "shutdown-manager")
+	for _, b := range []struct{ out, pkg string }{{smBin, "../../cmd/shutdown-manager-pod"}, {cliBin, "../../cmd/shutdown-manager"}} {
+		build := exec.Command("go", "build", "-race", "-o", b.out, b.pkg)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building", b.pkg+":", err)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

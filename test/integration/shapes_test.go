@@ -85,16 +85,27 @@ func requireShapesRig(t *testing.T) {
 	t.Skipf("the pod harness needs: %s", strings.Join(missing, ", "))
 }
 
-// staticManager builds the binary as the image has it (CGO_ENABLED=0: it runs in a root with no libraries).
+// staticManager builds the binary as the pod image has it: the pod binary (cmd/shutdown-manager-pod), named
+// shutdown-manager, CGO_ENABLED=0 (it runs in a root with no libraries).
 func staticManager(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "shutdown-manager")
-	build := exec.Command("go", "build", "-o", out, "../../cmd/shutdown-manager")
+	build := exec.Command("go", "build", "-o", out, "../../cmd/shutdown-manager-pod")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the static shutdown-manager: %v: %s", err, b)
 	}
 	return out
+}
+
+// injector is the full CLI that injects the shapes: this tree's (cliBin), or with SHAPES_INJECT_WITH the
+// shutdown-manager binary of another version — a previous release's, to run the pods it injected on this
+// tree's pod binary (hooks keep their paths and arguments across versions).
+func injector() string {
+	if bin := os.Getenv("SHAPES_INJECT_WITH"); bin != "" {
+		return bin
+	}
+	return cliBin
 }
 
 func TestInjectedShapes(t *testing.T) {
@@ -200,7 +211,7 @@ func runShape(t *testing.T, s shape, v shapeVariant, envoyBin, sm string, edit f
 	}
 	args = append(append(args, s.injectArgs...), v.args...)
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, sm, args...)
+	cmd := exec.CommandContext(ctx, injector(), args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("shutdown-manager %s: %v: %s", strings.Join(args, " "), err, stderr.Bytes())

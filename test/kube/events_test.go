@@ -277,7 +277,7 @@ func waitEvents(t *testing.T, api *kubetest.APIServer, pod string, n int) {
 	}
 }
 
-// TestEventsInCluster: the real binary in hook mode, given no kubeconfig, records its Events as the pod's
+// TestEventsInCluster: the real pod binary in hook mode, given no kubeconfig, records its Events as the pod's
 // service account: KUBERNETES_SERVICE_HOST and _PORT name the API server, and the token and CA are read from
 // /var/run/secrets/kubernetes.io/serviceaccount, mounted there (in a mount namespace of the test's own, as
 // the kubelet would in a pod) from a directory holding a token of the deploy's ServiceAccount envoy and the
@@ -291,7 +291,7 @@ func TestEventsInCluster(t *testing.T) {
 		t.Skip("needs root, unshare and mount")
 	}
 	api, _ := eventsAPI(t)
-	bin := buildManager(t)
+	bin := buildManager(t, "./cmd/shutdown-manager-pod") // the binary in the pod
 	sa := t.TempDir()
 	serverCA, err := os.ReadFile(api.CAFile)
 	if err != nil {
@@ -346,11 +346,12 @@ func lookPath(name string) error {
 	return err
 }
 
-// buildManager builds cmd/shutdown-manager as `make build` does and returns its path.
-func buildManager(t *testing.T) string {
+// buildManager builds the main package pkg (./cmd/shutdown-manager, the full CLI, or ./cmd/shutdown-manager-pod,
+// the pod binary) as `make build` does, named shutdown-manager, and returns its path.
+func buildManager(t *testing.T, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "shutdown-manager")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, "./cmd/shutdown-manager")
+	build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
 	build.Dir = repoRoot
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -33,7 +33,7 @@ func TestKubectlPlugin(t *testing.T) {
 	const ns = "edge"
 	api.Kubectl(t, "create", "namespace", ns)
 	api.Kubectl(t, "create", "serviceaccount", "-n", ns, "default") // no controller makes it
-	bin := buildManager(t)
+	bin := buildManager(t, "./cmd/shutdown-manager")
 
 	// The Deployment, and its pods as its ReplicaSet would make them (the hash label apart).
 	dir := t.TempDir()

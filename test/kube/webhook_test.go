@@ -29,6 +29,7 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testpki"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
@@ -467,7 +468,7 @@ func startWebhook(t *testing.T, certs *certDir, kubeconfig string, extra ...stri
 	go func() {
 		args := []string{"webhook", "--listen", "127.0.0.1:0", "--health-listen", "127.0.0.1:0",
 			"--tls-cert-file", certs.cert, "--tls-key-file", certs.key, "--kubeconfig", kubeconfig, "--image", testImage, "--log-level", "debug"}
-		w.done <- cli.Run(ctx, append(args, extra...), nil, io.Discard, out)
+		w.done <- kubecli.Run(ctx, append(args, extra...), nil, io.Discard, out)
 	}()
 	t.Cleanup(func() {
 		w.stop(t)

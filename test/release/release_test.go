@@ -103,6 +103,8 @@ func TestReleaseIsReproducible(t *testing.T) {
 	for _, want := range []string{
 		"shutdown-manager-linux-amd64", "shutdown-manager-linux-arm64", "image-linux-amd64.tar", "image-linux-arm64.tar",
 		"image-oci/index.json", "shutdown-manager-0.0.0-test.1.tgz", "shutdown-manager-" + version + ".spdx.json", "SHA256SUMS",
+		"shutdown-manager-pod-linux-amd64", "shutdown-manager-pod-linux-arm64", "cluster-image-linux-amd64.tar",
+		"cluster-image-linux-arm64.tar", "cluster-image-oci/index.json",
 	} {
 		if _, ok := a[want]; !ok {
 			t.Errorf("the release lacks %s (it has %v)", want, names)
@@ -114,28 +116,32 @@ func TestReleaseIsReproducible(t *testing.T) {
 		}
 	}
 
-	// The binary names the release and the commit it was built from.
+	// The binaries name the release and the commit they were built from.
 	rev, err := exec.Command("git", "-C", repoRoot(t), "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") {
-		out, err := exec.Command(filepath.Join(first, "shutdown-manager-linux-"+runtime.GOARCH), "version", "-o", "json").Output()
-		if err != nil {
-			t.Fatalf("version -o json: %v", err)
-		}
-		var got struct{ Version, Commit string }
-		if err := json.Unmarshal(out, &got); err != nil {
-			t.Fatalf("version -o json printed %q: %v", out, err)
-		}
-		if got.Version != version || got.Commit != strings.TrimSpace(string(rev)) {
-			t.Errorf("the released binary says %s, want version %s and commit %s", out, version, rev)
+		for _, bin := range []string{"shutdown-manager-linux-", "shutdown-manager-pod-linux-"} {
+			out, err := exec.Command(filepath.Join(first, bin+runtime.GOARCH), "version", "-o", "json").Output()
+			if err != nil {
+				t.Fatalf("%s version -o json: %v", bin+runtime.GOARCH, err)
+			}
+			var got struct{ Version, Commit string }
+			if err := json.Unmarshal(out, &got); err != nil {
+				t.Fatalf("version -o json printed %q: %v", out, err)
+			}
+			if got.Version != version || got.Commit != strings.TrimSpace(string(rev)) {
+				t.Errorf("the released %s says %s, want version %s and commit %s", bin+runtime.GOARCH, out, version, rev)
+			}
 		}
 	}
 
-	// With no image named, the released binary injects the image the release workflow publishes for this release,
-	// and the packaged chart runs and injects the same; the docker archives carry that name (ctr images import).
+	// With no image named, the released binary injects the pod image the release workflow publishes for this
+	// release, and the packaged chart injects the same and runs the release's cluster image; the docker archives
+	// carry those names (ctr images import).
 	wantImage := "ghcr.io/envoy-shutdown-manager/shutdown-manager:" + version
+	wantClusterImage := "ghcr.io/envoy-shutdown-manager/shutdown-manager-cluster:" + version
 	if runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64") {
 		out, err := exec.Command(filepath.Join(first, "shutdown-manager-linux-"+runtime.GOARCH), "inject", "-f",
 			filepath.Join(repoRoot(t), "deploy/plain/envoy.yaml")).Output()
@@ -150,7 +156,7 @@ func TestReleaseIsReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatalf("helm template of the packaged chart without image values: %v", err)
 	}
-	for _, want := range []string{"image: " + wantImage + "\n", `"--image=` + wantImage + `"`} {
+	for _, want := range []string{"image: " + wantClusterImage + "\n", `"--image=` + wantImage + `"`} {
 		if !strings.Contains(string(rendered), want) {
 			t.Errorf("the packaged chart, rendered without image values, lacks %s", want)
 		}
@@ -158,6 +164,9 @@ func TestReleaseIsReproducible(t *testing.T) {
 	for _, arch := range []string{"amd64", "arm64"} {
 		if !bytes.Contains(a["image-linux-"+arch+".tar"], []byte(`"RepoTags":["`+wantImage+`"]`)) {
 			t.Errorf("image-linux-%s.tar is not named %s", arch, wantImage)
+		}
+		if !bytes.Contains(a["cluster-image-linux-"+arch+".tar"], []byte(`"RepoTags":["`+wantClusterImage+`"]`)) {
+			t.Errorf("cluster-image-linux-%s.tar is not named %s", arch, wantClusterImage)
 		}
 	}
 
@@ -192,8 +201,8 @@ func TestReleaseIsReproducible(t *testing.T) {
 			t.Errorf("the SBOM's %s checksum %v is not SHA256SUMS's", p.PackageFileName, p.Checksums)
 		}
 	}
-	if described != 2 {
-		t.Errorf("the SBOM describes %d binaries, want 2", described)
+	if described != 4 { // the full CLI and the pod binary, each for amd64 and arm64
+		t.Errorf("the SBOM describes %d binaries, want 4", described)
 	}
 
 	t.Run("push", func(t *testing.T) { checkPush(t, first) })

@@ -48,6 +48,26 @@ Ignore, lets every pod through uninjected.
 {{- end -}}
 
 {{/*
+The cluster image (the full CLI) the webhook's Deployment runs: clusterImage's digest, else its tag, else image.tag,
+else the chart's appVersion (the release), as the pod image.
+*/}}
+{{- define "shutdown-manager.clusterImage" -}}
+{{- $_ := include "shutdown-manager.image" . -}}{{/* the pod image's refusal first: setting image.tag answers both */}}
+{{- $c := .Values.clusterImage -}}
+{{- if $c.digest -}}
+{{- printf "%s@%s" $c.repository $c.digest -}}
+{{- else if $c.tag -}}
+{{- printf "%s:%s" $c.repository $c.tag -}}
+{{- else if .Values.image.tag -}}
+{{- printf "%s:%s" $c.repository .Values.image.tag -}}
+{{- else if eq .Chart.AppVersion "dev" -}}
+{{- fail "this chart is the repository's (appVersion dev), whose cluster image no registry serves: set clusterImage.tag (or clusterImage.digest, or image.tag for both images), e.g. image.tag=v0.1.0 for the release ghcr.io/envoy-shutdown-manager/shutdown-manager-cluster:v0.1.0" -}}
+{{- else -}}
+{{- printf "%s:%s" $c.repository .Chart.AppVersion -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 "true" when an image reference names no registry host: its first path component has no dot or colon and is not
 localhost (the rule of containerd and Docker), so nodes pull it from Docker Hub (docker.io/library/NAME for a
 single name).

@@ -1,13 +1,17 @@
-// Command build builds shutdown-manager's image (see package image) and writes it under -out, pushes it, or
-// both. `make image` and `make image-push` run it; it needs Go and, for the defaults, git.
+// Command build builds one of shutdown-manager's two images (see package image) and writes it under -out, pushes
+// it, or both: the pod image (-main pod, the default: the pod binary, what Envoy's pods run and inject names) or
+// the cluster image (-main cluster: the full CLI, which the chart's webhook Deployment runs). `make image` and
+// `make image-push` run it; it needs Go and, for the defaults, git.
 //
 //	go run ./internal/image/build -out dist                      # dist/image.tar + dist/image-oci/
+//	go run ./internal/image/build -main cluster -out dist        # dist/cluster-image.tar + dist/cluster-image-oci/
 //	go run ./internal/image/build -push registry.example/sm:v1   # the multi-arch index, with your credentials
 //	go run ./internal/image/build -out dist -release             # + every arch's binary and docker archive
 //	go run ./internal/image/build -push REF -layout dist/image-oci # push the image make release wrote
 //
 // Defaults: -version the tag of the commit (`git describe --tags --exact-match`), else dev, as the Makefile's
-// VERSION; the image is then shutdown-manager:dev, the name deploy/ gives inject with --image; -revision from
+// VERSION; the image is then shutdown-manager:dev (the cluster image shutdown-manager-cluster:dev), the name
+// deploy/ gives inject with --image; -revision from
 // `git rev-parse HEAD`, -created from SOURCE_DATE_EPOCH, else the last commit's time.
 package main
 
@@ -56,7 +60,24 @@ type config struct {
 	arches   []string // the index's architectures
 	release  bool     // write every arch's binary and docker archive (make release) instead of one image.tar
 	layout   string   // push the index of this OCI layout (make release's) instead of building one
+	main     mainKind // which image
 	metadata image.Metadata
+}
+
+// mainKind is one of the two images: the main package it holds and the names of what it writes.
+type mainKind struct {
+	pkg        string // the main package (image.MainPackage, image.ClusterPackage)
+	name       string // the image's default name, before ":VERSION"
+	files      string // the prefix of the files under -out: "" (image.tar, image-oci/) or "cluster-"
+	binaryName string // -release: the binary's file, before "linux-ARCH"
+}
+
+// mains are the two images by -main.
+var mains = map[string]mainKind{
+	// The pod binary in a release is shutdown-manager-pod-linux-ARCH; shutdown-manager-linux-ARCH is the full CLI
+	// (what users download: inject, the kubectl plugin, …), as before the split.
+	"pod":     {pkg: image.MainPackage, name: "shutdown-manager", files: "", binaryName: "shutdown-manager-pod-"},
+	"cluster": {pkg: image.ClusterPackage, name: "shutdown-manager-cluster", files: "cluster-", binaryName: "shutdown-manager-"},
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -77,7 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	log.Info("compiling", "version", cfg.metadata.Version, "arches", strings.Join(cfg.arches, ","))
-	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: cfg.metadata.Version, Commit: cfg.metadata.Revision, Arches: cfg.arches})
+	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: cfg.metadata.Version, Commit: cfg.metadata.Revision, Arches: cfg.arches, Package: cfg.main.pkg})
 	if err != nil {
 		return err
 	}
@@ -117,13 +138,13 @@ func writeDist(cfg config, bins []image.Binary, idx v1.ImageIndex, log *slog.Log
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return fmt.Errorf("making %s: %w", cfg.out, err)
 	}
-	archives := map[string]string{cfg.tarArch: filepath.Join(cfg.out, "image.tar")}
+	archives := map[string]string{cfg.tarArch: filepath.Join(cfg.out, cfg.main.files+"image.tar")}
 	if cfg.release {
 		// What make release ships per arch: the binary as built (the SBOM reads its build information) and a
 		// docker archive (one platform per archive: docker load takes no index).
 		archives = map[string]string{}
 		for _, bin := range bins {
-			path := filepath.Join(cfg.out, "shutdown-manager-linux-"+bin.Arch)
+			path := filepath.Join(cfg.out, cfg.main.binaryName+"linux-"+bin.Arch)
 			if err := os.WriteFile(path, bin.Data, 0o755); err != nil {
 				return fmt.Errorf("writing %s: %w", path, err)
 			}
@@ -131,7 +152,7 @@ func writeDist(cfg config, bins []image.Binary, idx v1.ImageIndex, log *slog.Log
 				return fmt.Errorf("writing %s: %w", path, err)
 			}
 			log.Info("wrote binary", "path", path)
-			archives[bin.Arch] = filepath.Join(cfg.out, "image-linux-"+bin.Arch+".tar")
+			archives[bin.Arch] = filepath.Join(cfg.out, cfg.main.files+"image-linux-"+bin.Arch+".tar")
 		}
 	}
 	for _, arch := range cfg.arches {
@@ -148,7 +169,7 @@ func writeDist(cfg config, bins []image.Binary, idx v1.ImageIndex, log *slog.Log
 		}
 		log.Info("wrote docker archive", "path", tarPath, "name", cfg.name, "arch", arch)
 	}
-	layoutDir := filepath.Join(cfg.out, "image-oci")
+	layoutDir := filepath.Join(cfg.out, cfg.main.files+"image-oci")
 	if err := image.WriteLayout(layoutDir, cfg.name, idx); err != nil {
 		return err
 	}
@@ -158,13 +179,14 @@ func writeDist(cfg config, bins []image.Binary, idx v1.ImageIndex, log *slog.Log
 
 func parseConfig(ctx context.Context, args []string) (config, error) {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
+	mainName := fs.String("main", "pod", "the image: pod (the pod binary; files image*) or cluster (the full CLI, for the webhook; files cluster-image*)")
 	out := fs.String("out", "", "write DIR/image.tar (docker archive, -tar-arch) and DIR/image-oci (OCI layout, every arch)")
 	push := fs.String("push", "", "push the multi-arch index to this reference (registry/name:tag)")
-	imgName := fs.String("name", "", "the image name in the tar and the layout (default shutdown-manager:VERSION)")
+	imgName := fs.String("name", "", "the image name in the tar and the layout (default shutdown-manager:VERSION, the cluster image shutdown-manager-cluster:VERSION)")
 	tarArch := fs.String("tar-arch", runtime.GOARCH, "architecture of the docker archive")
 	arches := fs.String("arches", "amd64,arm64", "architectures of the index (GOARCH values)")
 	fromLayout := fs.String("layout", "", "with -push: push the index of this OCI layout (dist/image-oci of make release) instead of building")
-	release := fs.Bool("release", false, "with -out: write DIR/shutdown-manager-linux-ARCH and DIR/image-linux-ARCH.tar for every arch instead of DIR/image.tar (make release)")
+	release := fs.Bool("release", false, "with -out: write every arch's binary (DIR/shutdown-manager-pod-linux-ARCH; the cluster image's DIR/shutdown-manager-linux-ARCH) and docker archive (DIR/image-linux-ARCH.tar; DIR/cluster-image-linux-ARCH.tar) instead of DIR/image.tar (make release)")
 	version := fs.String("version", "", "version stamped into the binary and the labels (default: the commit's tag, else dev)")
 	revision := fs.String("revision", "", "commit for the revision label (default: git rev-parse HEAD)")
 	created := fs.Int64("created", -1, "creation time, Unix seconds (default: SOURCE_DATE_EPOCH, else the last commit's time)")
@@ -173,6 +195,10 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 	}
 	if fs.NArg() > 0 {
 		return config{}, fmt.Errorf("unexpected argument %q", strings.Join(fs.Args(), " "))
+	}
+	mk, ok := mains[*mainName]
+	if !ok {
+		return config{}, fmt.Errorf("-main %q: want pod or cluster", *mainName)
 	}
 	if *fromLayout != "" && (*push == "" || *out != "") {
 		return config{}, errors.New("-layout pushes an image already built: give -push REF and no -out")
@@ -201,10 +227,10 @@ func parseConfig(ctx context.Context, args []string) (config, error) {
 		}
 	}
 	if *imgName == "" {
-		*imgName = "shutdown-manager:" + *version
+		*imgName = mk.name + ":" + *version
 	}
 	cfg := config{
-		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","), release: *release, layout: *fromLayout,
+		out: *out, push: *push, name: *imgName, tarArch: *tarArch, arches: strings.Split(*arches, ","), release: *release, layout: *fromLayout, main: mk,
 		metadata: image.Metadata{Version: *version, Revision: *revision, Created: time.Unix(*created, 0)},
 	}
 	return cfg, nil

@@ -22,8 +22,9 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/release"
 )
 
-// BinaryPrefix names the released binaries in dist/: shutdown-manager-linux-amd64, shutdown-manager-linux-arm64.
-const BinaryPrefix = "shutdown-manager-linux-"
+// BinaryGlob matches the released binaries in dist/: the full CLI's shutdown-manager-linux-{amd64,arm64} and the
+// pod binary's shutdown-manager-pod-linux-{amd64,arm64}.
+const BinaryGlob = "shutdown-manager-*linux-*"
 
 func main() {
 	err := run(os.Args[1:], os.Stderr)
@@ -37,7 +38,7 @@ func main() {
 
 func run(args []string, stderr io.Writer) error {
 	fs := flag.NewFlagSet("build", flag.ContinueOnError)
-	dist := fs.String("dist", "dist", "the release directory, holding the binaries "+BinaryPrefix+"ARCH")
+	dist := fs.String("dist", "dist", "the release directory, holding the binaries "+BinaryGlob)
 	version := fs.String("version", "", "the release's version (v0.1.0)")
 	revision := fs.String("revision", "", "the commit (git rev-parse HEAD)")
 	created := fs.Int64("created", -1, "the release's time, Unix seconds (SOURCE_DATE_EPOCH or the commit's time)")
@@ -79,14 +80,14 @@ func run(args []string, stderr io.Writer) error {
 	return nil
 }
 
-// readBinaries reads each DIST/shutdown-manager-linux-* file's Go build information and hashes it, in name order.
+// readBinaries reads each DIST/shutdown-manager-*linux-* file's Go build information and hashes it, in name order.
 func readBinaries(dist string) ([]release.Binary, error) {
-	paths, err := filepath.Glob(filepath.Join(dist, BinaryPrefix+"*"))
+	paths, err := filepath.Glob(filepath.Join(dist, BinaryGlob))
 	if err != nil {
 		return nil, fmt.Errorf("listing the binaries: %w", err)
 	}
 	if len(paths) == 0 {
-		return nil, fmt.Errorf("no binaries %s* in %s", BinaryPrefix, dist)
+		return nil, fmt.Errorf("no binaries %s in %s", BinaryGlob, dist)
 	}
 	slices.Sort(paths)
 	var bins []release.Binary

@@ -1,4 +1,4 @@
-package agent
+package webhook
 
 import (
 	"context"
@@ -19,11 +19,10 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
 
-// WebhookConfig is the admission webhook's: what to inject, where it listens, its certificate.
-type WebhookConfig struct {
+// ServeConfig is the admission webhook's: what to inject, where it listens, its certificate.
+type ServeConfig struct {
 	Inject         inject.Config
 	Listen         string // TCP [IP]:PORT
 	HealthListen   string
@@ -34,16 +33,20 @@ type WebhookConfig struct {
 	Version        string
 }
 
-// WebhookShutdownPeriod bounds the graceful stop: the API server's calls last at most the configuration's
-// timeoutSeconds (the chart's default is a few seconds), and kubelet's grace period is 30 s by default.
-const WebhookShutdownPeriod = 10 * time.Second
+// ErrServing is a failure of Serve already told in the log (a port it could not listen on, a server that
+// stopped): the command exits 1 and adds nothing.
+var ErrServing = errors.New("webhook: failure reported")
 
-// webhookGCPercent is the webhook's GOGC unless the environment sets one (see ServeWebhook).
+// ShutdownPeriod bounds the graceful stop: the API server's calls last at most the configuration's
+// timeoutSeconds (the chart's default is a few seconds), and kubelet's grace period is 30 s by default.
+const ShutdownPeriod = 10 * time.Second
+
+// webhookGCPercent is the webhook's GOGC unless the environment sets one (see Serve).
 const webhookGCPercent = 400
 
-// ServeWebhook serves the webhook and its health port until SIGTERM, SIGINT or ctx, then stops gracefully:
+// Serve serves the webhook and its health port until SIGTERM, SIGINT or ctx, then stops gracefully:
 // requests in progress are answered (within shutdownPeriod).
-func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) error {
+func Serve(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if os.Getenv("GOGC") == "" {
@@ -53,21 +56,21 @@ func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) erro
 		debug.SetGCPercent(webhookGCPercent)
 	}
 
-	certs := webhook.NewCertFiles(cfg.CertFile, cfg.KeyFile, log)
+	certs := NewCertFiles(cfg.CertFile, cfg.KeyFile, log)
 	if _, err := certs.Check(); err != nil {
 		// Not fatal: a Secret mounted by cert-manager may appear after the pod starts. /readyz says not ready.
 		log.Warn("no serving certificate yet; not ready until one loads", "err", err)
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		buildInfo(cfg.Version), webhook.CertExpiry(certs))
+		server.BuildInfo(cfg.Version), CertExpiry(certs))
 	icfg := cfg.Inject
 	rec := events.New(events.Config{Kubeconfig: cfg.Kubeconfig, Component: "webhook", Others: true,
 		Pod: os.Getenv(events.EnvPodName), Namespace: os.Getenv(events.EnvPodNamespace), UserAgent: "shutdown-manager/" + cfg.Version}, log)
 	defer rec.Close(events.CloseWait)
-	h := webhook.New(webhook.Options{
-		Decide:     func(r webhook.Review) webhook.Decision { return webhook.Decide(r, icfg) },
-		Events:     ownerEvents{rec: rec, log: webhook.LogEvents{Log: log}},
+	h := New(Options{
+		Decide:     func(r Review) Decision { return Decide(r, icfg) },
+		Events:     ownerEvents{rec: rec, log: LogEvents{Log: log}},
 		Log:        log,
 		Registerer: reg,
 	})
@@ -75,27 +78,27 @@ func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) erro
 	wln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		log.Error("cannot listen", "listen", cfg.Listen, "err", err)
-		return ErrReported
+		return ErrServing
 	}
 	hln, err := net.Listen("tcp", cfg.HealthListen)
 	if err != nil {
 		wln.Close()
 		log.Error("cannot listen", "health_listen", cfg.HealthListen, "err", err)
-		return ErrReported
+		return ErrServing
 	}
 	wsrv := server.NewHTTPServer(h.Mux())
 	wsrv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: certs.GetCertificate}
 	wsrv.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug) // TLS handshake noise from probes
-	hsrv := server.NewHTTPServer(webhook.HealthMux(certs.Err, reg))
+	hsrv := server.NewHTTPServer(HealthMux(certs.Err, reg))
 
 	certCtx, stopCerts := context.WithCancel(ctx)
 	defer stopCerts()
-	go certs.Run(certCtx, webhook.DefaultCertInterval)
+	go certs.Run(certCtx, DefaultCertInterval)
 
 	errs := make(chan error, 2)
 	go func() { errs <- wsrv.ServeTLS(wln, "", "") }()
 	go func() { errs <- hsrv.Serve(hln) }()
-	log.Info("webhook serving", "listen", wln.Addr().String(), "health_listen", hln.Addr().String(), "path", webhook.Path,
+	log.Info("webhook serving", "listen", wln.Addr().String(), "health_listen", hln.Addr().String(), "path", Path,
 		"ready", certs.Ready(), "not_after", certs.NotAfter(), "version", cfg.Version)
 
 	var failed error
@@ -114,26 +117,26 @@ func ServeWebhook(ctx context.Context, cfg WebhookConfig, log *slog.Logger) erro
 		}
 	}
 	if failed != nil {
-		return ErrReported
+		return ErrServing
 	}
 	log.Info("exiting")
 	return nil
 }
 
-var _ webhook.OwnerEvents = ownerEvents{}
+var _ OwnerEvents = ownerEvents{}
 
 // ownerEvents records the webhook's Events on pods' owners through the Events client (queued, never
 // blocking the admission), and logs each one as well: the log is the record when the API is out of reach.
 type ownerEvents struct {
 	rec *events.Client
-	log webhook.LogEvents
+	log LogEvents
 }
 
-func (o ownerEvents) NotInjected(ctx context.Context, owner webhook.Owner, message string) {
+func (o ownerEvents) NotInjected(ctx context.Context, owner Owner, message string) {
 	o.log.NotInjected(ctx, owner, message)
 	o.rec.Record(events.Event{
 		Type:   events.TypeWarning,
-		Reason: webhook.ReasonNotInjected,
+		Reason: ReasonNotInjected,
 		Note:   message,
 		Action: "Inject",
 		Regarding: &events.ObjectReference{APIVersion: owner.APIVersion, Kind: owner.Kind, Namespace: owner.Namespace,

@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
 )
 
 // flagValues are the values of the flags that take one of a few, by flag name, for completion (-o's are
-// each command's outputs).
+// each command's cli.Outputs).
 var flagValues = map[string][]string{
 	"mode":              {string(inject.ModeHook), string(inject.ModeSidecar), string(inject.ModeAgent)},
 	"binary-from":       {string(inject.BinaryCopy), string(inject.BinaryImageVolume)},
@@ -48,20 +49,20 @@ type compFlag struct {
 }
 
 // dashes spells a flag for the shell: -o, --output.
-func (f compFlag) dashes() string { return dashed(f.name) }
+func (f compFlag) dashes() string { return cli.Dashed(f.name) }
 
-// completionTree reads every command's FlagSet (flagSetOf) into what the scripts complete.
+// completionTree reads every command's FlagSet (cli.FlagSetOf) into what the scripts complete.
 func completionTree(ctx context.Context) []compCommand {
 	var tree []compCommand
-	for _, c := range commands() {
-		cc := compOf(ctx, c, c.name)
-		switch c.name {
+	for _, c := range Commands() {
+		cc := compOf(ctx, c, c.Name)
+		switch c.Name {
 		case "completion":
 			cc.args = shells
 		case "kubectl":
 			for _, s := range kubectlCommands() {
-				sc := compOf(ctx, s, "kubectl "+s.name)
-				if s.name == "status" {
+				sc := compOf(ctx, s, "kubectl "+s.Name)
+				if s.Name == "status" {
 					for _, k := range kubectl.Kinds() {
 						sc.args = append(sc.args, k+"/")
 					}
@@ -74,9 +75,9 @@ func completionTree(ctx context.Context) []compCommand {
 	return tree
 }
 
-func compOf(ctx context.Context, c command, key string) compCommand {
-	cc := compCommand{name: c.name, key: key, summary: c.summary}
-	fs := flagSetOf(ctx, c)
+func compOf(ctx context.Context, c cli.Command, key string) compCommand {
+	cc := compCommand{name: c.Name, key: key, summary: c.Summary}
+	fs := cli.FlagSetOf(ctx, c)
 	if fs == nil {
 		return cc
 	}
@@ -88,7 +89,7 @@ func compOf(ctx context.Context, c command, key string) compCommand {
 			cf.bool = true
 		}
 		if f.Name == "o" || f.Name == "output" {
-			cf.values = outputs[key]
+			cf.values = cli.Outputs[key]
 		}
 		cc.flags = append(cc.flags, cf)
 	})
@@ -98,12 +99,12 @@ func compOf(ctx context.Context, c command, key string) compCommand {
 // runCompletion writes the completion script of a shell, generated from the commands' FlagSets.
 func runCompletion(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("completion", flag.ContinueOnError)
-	rest, err := parseArgs(fs, args, stdout)
+	rest, err := cli.ParseArgs(fs, args, stdout)
 	if err != nil {
 		return err
 	}
 	if len(rest) != 1 || !slices.Contains(shells, rest[0]) {
-		return usagef("name one shell: %s", strings.Join(shells, ", "))
+		return cli.Usagef("name one shell: %s", strings.Join(shells, ", "))
 	}
 	tree := completionTree(ctx)
 	switch rest[0] {

@@ -1,9 +1,10 @@
-package cli
+package kubecli
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"go/ast"
 	"go/parser"
@@ -25,8 +26,8 @@ const referencePage = "../../docs/reference.md"
 func flagSets(t *testing.T) []*flag.FlagSet {
 	t.Helper()
 	var sets []*flag.FlagSet
-	helpFlags = func(fs *flag.FlagSet) { sets = append(sets, fs) }
-	defer func() { helpFlags = nil }()
+	cli.HelpFlags = func(fs *flag.FlagSet) { sets = append(sets, fs) }
+	defer func() { cli.HelpFlags = nil }()
 	help := func(name string, run func(context.Context, []string, io.Reader, io.Writer, io.Writer) error) {
 		n := len(sets)
 		if err := run(context.Background(), []string{"--help"}, strings.NewReader(""), io.Discard, io.Discard); err != flag.ErrHelp {
@@ -36,14 +37,14 @@ func flagSets(t *testing.T) []*flag.FlagSet {
 			t.Fatalf("%s --help printed the help of %d flag sets, want its own", name, len(sets)-n)
 		}
 	}
-	for _, c := range commands() {
-		if c.name == "kubectl" { // the plugin: its commands' flag sets, each under its own name
+	for _, c := range Commands() {
+		if c.Name == "kubectl" { // the plugin: its commands' flag sets, each under its own name
 			for _, k := range kubectlCommands() {
-				help(c.name+" "+k.name, k.run)
+				help(c.Name+" "+k.Name, k.Run)
 			}
 			continue
 		}
-		help(c.name, c.run)
+		help(c.Name, c.Run)
 	}
 	return sets
 }
@@ -73,7 +74,7 @@ func flagsReference(sets []*flag.FlagSet) string {
 			if f.DefValue != "" && f.DefValue != "[]" {
 				def = "`" + f.DefValue + "`"
 			}
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", dashed(f.Name), kind, def, cell(usage))
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", cli.Dashed(f.Name), kind, def, cell(usage))
 		})
 	}
 	return b.String()
@@ -138,7 +139,7 @@ func annotationsReference(t *testing.T, sets []*flag.FlagSet) string {
 	for _, name := range known {
 		flagCell, takes := "", comment[name]
 		if f := injectFS.Lookup(name); f != nil {
-			flagCell = "`" + dashed(name) + "`"
+			flagCell = "`" + cli.Dashed(name) + "`"
 			if takes == "" {
 				_, takes = flag.UnquoteUsage(f)
 				if d := drainFS.Lookup(name); d != nil && strings.HasPrefix(takes, "passed to the drain") {
@@ -164,7 +165,7 @@ func replaceBetween(t *testing.T, page, begin, end, with string) string {
 
 // TestReference: docs/reference.md's flag tables and annotation table are the ones generated from the flag
 // sets the commands parse and from internal/inject's annotation constants; a flag or annotation added, removed
-// or reworded without the page fails here. `go test ./internal/cli -run TestReference -update` rewrites them.
+// or reworded without the page fails here. `go test ./internal/kubecli -run TestReference -update` rewrites them.
 func TestReference(t *testing.T) {
 	sets := flagSets(t)
 	data, err := os.ReadFile(referencePage)
@@ -172,8 +173,8 @@ func TestReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	page := string(data)
-	want := replaceBetween(t, page, "<!-- BEGIN generated flags: go test ./internal/cli -run TestReference -update -->", "<!-- END generated flags -->", flagsReference(sets))
-	want = replaceBetween(t, want, "<!-- BEGIN generated annotations: go test ./internal/cli -run TestReference -update -->", "<!-- END generated annotations -->", annotationsReference(t, sets))
+	want := replaceBetween(t, page, "<!-- BEGIN generated flags: go test ./internal/kubecli -run TestReference -update -->", "<!-- END generated flags -->", flagsReference(sets))
+	want = replaceBetween(t, want, "<!-- BEGIN generated annotations: go test ./internal/kubecli -run TestReference -update -->", "<!-- END generated annotations -->", annotationsReference(t, sets))
 	if want == page {
 		return
 	}
@@ -183,7 +184,7 @@ func TestReference(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("%s is not what the code generates: run go test ./internal/cli -run TestReference -update and review the diff", filepath.Base(referencePage))
+	t.Errorf("%s is not what the code generates: run go test ./internal/kubecli -run TestReference -update and review the diff", filepath.Base(referencePage))
 }
 
 // TestReferenceExplained: every flag the hand-written tables of docs/reference.md explain (the drain's flags and

@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"bytes"
@@ -11,79 +11,21 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/supervisor"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated deploy/ examples")
 
-// TestInjectDefaultsMatchTheDrain: the numbers inject sizes grace periods with are the drain's and run's
-// own defaults.
-func TestInjectDefaultsMatchTheDrain(t *testing.T) {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	var f runFlags
-	f.register(fs)
-	for _, c := range []struct {
-		flag string
-		want time.Duration
-	}{
-		{"drain-delay", inject.DefaultDrainDelay},
-		{"min-drain-duration", inject.DefaultMinDrainDuration},
-		{"stop-timeout", supervisor.DefaultStopTimeout},
-	} {
-		if got := fs.Lookup(c.flag).DefValue; got != c.want.String() {
-			t.Errorf("--%s defaults to %s, inject assumes %s", c.flag, got, c.want)
-		}
-	}
-}
-
-// TestAgentGraceArithmetic: inject and run count agent mode's margin alike. The drain timeout run derives
-// from a --termination-grace-period is the longest one inject fits into that grace period: given it, inject
-// keeps the grace period; given one second more, it raises the grace period by a second.
-func TestAgentGraceArithmetic(t *testing.T) {
-	for _, grace := range []int64{30, 60, 300} {
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
-		var f runFlags
-		f.register(fs)
-		if err := fs.Parse([]string{fmt.Sprintf("--termination-grace-period=%ds", grace), "--admin-address=127.0.0.1:9901"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.config(fs, []string{"sh"}); err != nil {
-			t.Fatalf("grace %ds: %v", grace, err)
-		}
-		derived := f.timeout
-		for _, c := range []struct {
-			timeout   time.Duration
-			wantGrace int64
-		}{
-			{derived, grace},
-			{derived + time.Second, grace + 1},
-		} {
-			meta := metav1.ObjectMeta{}
-			spec := corev1.PodSpec{TerminationGracePeriodSeconds: &grace, Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy", Args: []string{"-c", "/e.yaml"}}}}
-			cfg := inject.Config{Image: "sm:1", Mode: inject.ModeAgent, Drain: inject.Drain{Timeout: &c.timeout}}
-			if err := inject.Inject(&meta, &spec, cfg); err != nil {
-				t.Fatalf("grace %ds, drain timeout %s: %v", grace, c.timeout, err)
-			}
-			if got := *spec.TerminationGracePeriodSeconds; got != c.wantGrace {
-				t.Errorf("grace %ds: run derives a drain timeout of %s; inject given %s sets the grace period to %ds, want %ds", grace, derived, c.timeout, got, c.wantGrace)
-			}
-		}
-	}
-}
-
 // TestInjectCommand: the flags reach the mutation; the output is the golden file the inject package
 // checks for the same settings.
 func TestInjectCommand(t *testing.T) {
-	old := Version
-	Version = "v1.0.0"
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "v1.0.0"
+	t.Cleanup(func() { cli.Version = old })
 	golden := filepath.Join("..", "inject", "testdata")
 	image := "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0"
 	tests := []struct {
@@ -136,9 +78,9 @@ func runWithStdin(t *testing.T, data []byte, args ...string) []byte {
 }
 
 func TestInjectErrors(t *testing.T) {
-	old := Version
-	Version = "v1.0.0" // a release: its default image (a development build refuses without --image: TestDefaultImage)
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "v1.0.0" // a release: its default image (a development build refuses without --image: TestDefaultImage)
+	t.Cleanup(func() { cli.Version = old })
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: nginx}\n"), 0o644); err != nil {
@@ -212,9 +154,9 @@ const deployImage = "shutdown-manager:dev"
 // TestDeployExamples: each deploy/<mode>/envoy.yaml is exactly what inject writes for deploy/plain/envoy.yaml
 // (-update rewrites them; make deploy does that).
 func TestDeployExamples(t *testing.T) {
-	old := Version
-	Version = "dev"
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "dev"
+	t.Cleanup(func() { cli.Version = old })
 	root := filepath.Join("..", "..", "deploy")
 	for _, ex := range deployExamples {
 		t.Run(ex.dir, func(t *testing.T) {
@@ -250,9 +192,9 @@ func TestDeployExamples(t *testing.T) {
 // TestInjectSkipsWorkloadsWithoutEnvoy: in a stream, a workload without Envoy passes through byte for byte
 // with a note naming it, while the Envoy workload is injected.
 func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
-	old := Version
-	Version = "v1.0.0" // a release: its default image (a development build refuses without --image: TestDefaultImage)
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "v1.0.0" // a release: its default image (a development build refuses without --image: TestDefaultImage)
+	t.Cleanup(func() { cli.Version = old })
 	echo, err := os.ReadFile(filepath.Join("..", "..", "deploy", "common", "echo.yaml"))
 	if err != nil {
 		t.Fatal(err)
@@ -284,9 +226,9 @@ func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
 // TestInjectTemplatePath: --template-path makes inject and uninject read a kind they do not know, as the
 // inject package's golden case with the same flag.
 func TestInjectTemplatePath(t *testing.T) {
-	old := Version
-	Version = "v1.0.0"
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "v1.0.0"
+	t.Cleanup(func() { cli.Version = old })
 	golden := filepath.Join("..", "inject", "testdata")
 	in, err := os.ReadFile(filepath.Join(golden, "template-path.in.yaml"))
 	if err != nil {
@@ -346,15 +288,15 @@ func TestInjectWarnsBeforeSwitchingModes(t *testing.T) {
 	}
 }
 
-// TestDefaultImage: a release build (Version set by -ldflags to the tag) of inject, webhook and policy defaults
+// TestDefaultImage: a release build (cli.Version set by -ldflags to the tag) of inject, webhook and policy defaults
 // to the image the release workflow publishes for that tag; a development build has no default and refuses with
 // one line (exit 2) when --image is not given, so nothing defaults to an image no registry serves.
 func TestDefaultImage(t *testing.T) {
-	old := Version
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	t.Cleanup(func() { cli.Version = old })
 	plain := filepath.Join("..", "..", "deploy", "plain", "envoy.yaml")
 	for _, v := range []string{"v0.1.0", "v0.2.0-rc.1"} {
-		Version = v
+		cli.Version = v
 		want := "ghcr.io/envoy-shutdown-manager/shutdown-manager:" + v
 		var help bytes.Buffer
 		Run(context.Background(), []string{"inject", "-h"}, nil, &help, &bytes.Buffer{})
@@ -380,7 +322,7 @@ func TestDefaultImage(t *testing.T) {
 
 	const refusal = "this is a development build (%s): give --image=REGISTRY/NAME:TAG; releases default to ghcr.io/envoy-shutdown-manager/shutdown-manager:vX.Y.Z"
 	for _, v := range []string{"dev", "v0.1.0-3-gabcdef0+dirty", "0.1.0"} {
-		Version = v
+		cli.Version = v
 		for _, args := range [][]string{
 			{"inject", "-f", plain},
 			{"policy"},
@@ -491,9 +433,9 @@ func TestInjectWarnsUnpullableImage(t *testing.T) {
 // that command, run as the header says (at the repository's root, by an untagged build: version dev),
 // writes exactly what follows the header.
 func TestDeployHeaders(t *testing.T) {
-	old := Version
-	Version = "dev"
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "dev"
+	t.Cleanup(func() { cli.Version = old })
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,13 @@
-package cli
+package kubecli
 
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
@@ -13,11 +15,11 @@ import (
 // example is a command line of this binary that parses with the flags of the command it names.
 func TestHelpSections(t *testing.T) {
 	var helps [][]string
-	for _, c := range commands() {
-		helps = append(helps, []string{c.name, "--help"})
-		if c.name == "kubectl" {
+	for _, c := range Commands() {
+		helps = append(helps, []string{c.Name, "--help"})
+		if c.Name == "kubectl" {
 			for _, s := range kubectlCommands() {
-				helps = append(helps, []string{"kubectl", s.name, "--help"})
+				helps = append(helps, []string{"kubectl", s.Name, "--help"})
 			}
 		}
 	}
@@ -93,7 +95,7 @@ func TestArgs(t *testing.T) {
 		{[]string{"/home/u/.local/bin/kubectl-shutdown_manager", "status", "ds/envoy"}, []string{"kubectl", "status", "ds/envoy"}},
 		{[]string{"kubectl-shutdown_manager.exe"}, []string{"kubectl"}},
 	} {
-		if got := Args(tt.argv); strings.Join(got, " ") != strings.Join(tt.want, " ") {
+		if got := cli.Args(tt.argv); strings.Join(got, " ") != strings.Join(tt.want, " ") {
 			t.Errorf("Args(%q) = %q, want %q", tt.argv, got, tt.want)
 		}
 	}
@@ -103,13 +105,17 @@ func TestArgs(t *testing.T) {
 // an example typed into an injected pod reaches its sidecar.
 func TestHelpSocketIsInjects(t *testing.T) {
 	n := 0
-	for cmd, exs := range examples {
-		for _, ex := range exs {
-			for _, w := range strings.Fields(ex.line) {
+	for _, c := range Commands() { // the examples as each command's help prints them
+		var help bytes.Buffer
+		Run(context.Background(), []string{c.Name, "--help"}, nil, &help, io.Discard)
+		_, exs, _ := strings.Cut(help.String(), "\nExamples:\n")
+		exs, _, _ = strings.Cut(exs, "\nExit codes:")
+		for _, line := range strings.Split(exs, "\n") {
+			for _, w := range strings.Fields(line) {
 				if strings.HasPrefix(w, "unix://") && strings.HasSuffix(w, "/api.sock") {
 					n++
 					if w != inject.SocketURL {
-						t.Errorf("%s -h example %q names %s; inject writes %s", cmd, ex.line, w, inject.SocketURL)
+						t.Errorf("%s -h example %q names %s; inject writes %s", c.Name, strings.TrimSpace(line), w, inject.SocketURL)
 					}
 				}
 			}

@@ -1,33 +1,35 @@
-package cli
+package kubecli
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"io"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
 
-// runWebhook serves the mutating admission webhook (agent.ServeWebhook) with inject's flags as its settings.
+// runWebhook serves the mutating admission webhook (webhook.Serve) with inject's flags as its settings.
 func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("webhook", flag.ContinueOnError)
 	var inf injectFlags
-	var lf logFlags
+	var lf cli.LogFlags
 	inf.register(fs)
-	lf.register(fs)
+	lf.Register(fs)
 	listen := fs.String("listen", ":8443", "where the webhook listens (HTTPS, POST "+webhook.Path+"): [IP]:PORT (an IP literal; no IP: all interfaces)")
 	healthListen := fs.String("health-listen", ":8081", "where GET /healthz, /readyz and /metrics are served (plain HTTP): [IP]:PORT")
 	certFile := fs.String("tls-cert-file", "", "the serving certificate (PEM, chain after the leaf), read again when it changes (required)")
 	keyFile := fs.String("tls-key-file", "", "the serving certificate's private key (PEM), read again when it changes (required)")
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig for recording Events on the owners of pods that opted in but could not be injected (default: the in-cluster config; without one, those Events are only logged)")
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	cfg := agent.WebhookConfig{CertFile: *certFile, KeyFile: *keyFile, Kubeconfig: *kubeconfig,
-		ShutdownPeriod: agent.WebhookShutdownPeriod, Version: Version}
+	cfg := webhook.ServeConfig{CertFile: *certFile, KeyFile: *keyFile, Kubeconfig: *kubeconfig,
+		ShutdownPeriod: webhook.ShutdownPeriod, Version: cli.Version}
 	if cfg.CertFile == "" || cfg.KeyFile == "" {
-		return usagef("give the serving certificate with --tls-cert-file and --tls-key-file")
+		return cli.Usagef("give the serving certificate with --tls-cert-file and --tls-key-file")
 	}
 	for _, l := range []struct {
 		flag, value string
@@ -35,7 +37,7 @@ func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	}{{"--listen", *listen, &cfg.Listen}, {"--health-listen", *healthListen, &cfg.HealthListen}} {
 		la, err := agent.ParseListen(l.value)
 		if err != nil || la.Network() != "tcp" {
-			return usagef("%s: want [IP]:PORT, got %q", l.flag, l.value)
+			return cli.Usagef("%s: want [IP]:PORT, got %q", l.flag, l.value)
 		}
 		*l.dst = la.Addr()
 	}
@@ -44,10 +46,15 @@ func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		return err
 	}
 	cfg.Inject = icfg
-	log, closeLog, err := lf.logger(stdout, stderr)
+	log, closeLog, err := lf.Logger(stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer closeLog()
-	return agent.ServeWebhook(ctx, cfg, log)
+	if err := webhook.Serve(ctx, cfg, log); errors.Is(err, webhook.ErrServing) {
+		return agent.ErrReported // told in the log
+	} else if err != nil {
+		return err
+	}
+	return nil
 }

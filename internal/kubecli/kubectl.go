@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"cmp"
@@ -11,74 +11,58 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
 )
 
-// pluginName is the file name kubectl finds the plugin by: `kubectl shutdown-manager …` runs
-// kubectl-shutdown_manager from the PATH (a dash in a plugin's command is an underscore in its file name).
-const pluginName = "kubectl-shutdown_manager"
-
-// Args are the arguments Run takes for a process started with argv: argv[1:], or, when the binary runs as
-// the kubectl plugin (its file named kubectl-shutdown_manager, as install --kubectl-plugin writes it),
-// "kubectl" and argv[1:], so that `kubectl shutdown-manager status …` is `shutdown-manager kubectl status …`.
-func Args(argv []string) []string {
-	if len(argv) == 0 {
-		return nil
-	}
-	if strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == pluginName {
-		return append([]string{"kubectl"}, argv[1:]...)
-	}
-	return argv[1:]
-}
-
 // kubectlCommands are the plugin's commands.
-func kubectlCommands() []command {
-	return []command{
-		{"status", "the drain state of every pod of a workload, read through the API server", runKubectlStatus},
+func kubectlCommands() []cli.Command {
+	return []cli.Command{
+		{Name: "status", Summary: "the drain state of every pod of a workload, read through the API server", Run: runKubectlStatus},
 	}
 }
 
 // runKubectl is the kubectl plugin: `kubectl shutdown-manager COMMAND` (or `shutdown-manager kubectl COMMAND`).
 func runKubectl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if _, ok := stdout.(*flagSink); ok || len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if _, ok := stdout.(*cli.FlagSink); ok || len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		if len(args) == 2 && args[0] == "help" {
 			return runKubectl(ctx, []string{args[1], "--help"}, stdin, stdout, stderr)
 		}
 		fs := flag.NewFlagSet("kubectl", flag.ContinueOnError)
-		if err := parse(fs, nil, stdout); err != nil { // a flagSink: completion's view of the plugin
+		if err := cli.Parse(fs, nil, stdout); err != nil { // a flagSink: completion's view of the plugin
 			return err
 		}
 		kubectlUsage(stdout)
 		if len(args) == 0 {
-			return usagef("give a command: %s", strings.Join(kubectlCommandNames(), ", "))
+			return cli.Usagef("give a command: %s", strings.Join(kubectlCommandNames(), ", "))
 		}
 		return flag.ErrHelp
 	}
 	for _, c := range kubectlCommands() {
-		if c.name == args[0] {
-			return c.run(ctx, args[1:], stdin, stdout, stderr)
+		if c.Name == args[0] {
+			return c.Run(ctx, args[1:], stdin, stdout, stderr)
 		}
 	}
-	return usagef("unknown command %q (one of %s)", args[0], strings.Join(kubectlCommandNames(), ", "))
+	return cli.Usagef("unknown command %q (one of %s)", args[0], strings.Join(kubectlCommandNames(), ", "))
 }
 
 func kubectlCommandNames() []string {
 	var names []string
 	for _, c := range kubectlCommands() {
-		names = append(names, c.name)
+		names = append(names, c.Name)
 	}
 	return names
 }
 
 func kubectlUsage(w io.Writer) {
-	fmt.Fprintln(w, "The kubectl plugin: kubectl shutdown-manager COMMAND (this binary installed as "+pluginName+" on the PATH:")
+	fmt.Fprintln(w, "The kubectl plugin: kubectl shutdown-manager COMMAND (this binary installed as "+cli.PluginName+" on the PATH:")
 	fmt.Fprintln(w, "shutdown-manager install --kubectl-plugin DIR), or shutdown-manager kubectl COMMAND.\n\nCommands:")
 	for _, c := range kubectlCommands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-8s %s\n", c.Name, c.Summary)
 	}
 	fmt.Fprintln(w, "\nRun 'kubectl shutdown-manager COMMAND -h' for a command's flags.")
-	printExamples(w, "kubectl")
+	cli.PrintExamples(w, "kubectl")
 }
 
 // The plugin reads the API server through the Events' access.
@@ -93,12 +77,12 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig file (default: the first file of $KUBECONFIG that exists, else ~/.kube/config, else the pod's service account in a cluster); read: the context's cluster server, CA, tls-server-name, proxy-url and its user's client certificate, token or tokenFile, or username and password; not: exec or auth-provider credentials, impersonation, several files merged")
 	kubeContext := fs.String("context", "", "the kubeconfig context to use (default: its current-context)")
 	liveStatus := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port (sidecar mode with --hook http, agent mode with --listen) through the API server's pods/proxy: column LIVE, its phase and what is in flight now (needs get on pods/proxy; error: see -o yaml)")
-	output := outputFlag(fs)
-	rest, err := parseArgs(fs, args, stdout)
+	output := cli.OutputFlag(fs)
+	rest, err := cli.ParseArgs(fs, args, stdout)
 	if err != nil {
 		return err
 	}
-	if err := checkOutput(fs, *output); err != nil {
+	if err := cli.CheckOutput(fs, *output); err != nil {
 		return err
 	}
 	var target string
@@ -108,17 +92,17 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 	case len(rest) == 2 && !strings.Contains(rest[0], "/"): // kubectl's TYPE NAME
 		target = rest[0] + "/" + rest[1]
 	case len(rest) > 1:
-		return usagef("unexpected argument %q", strings.Join(rest[1:], " "))
+		return cli.Usagef("unexpected argument %q", strings.Join(rest[1:], " "))
 	case *selector == "":
-		return usagef("name a workload (%s/NAME) or give -l SELECTOR", strings.Join(kubectl.Kinds(), "|"))
+		return cli.Usagef("name a workload (%s/NAME) or give -l SELECTOR", strings.Join(kubectl.Kinds(), "|"))
 	}
 	if target != "" {
 		if _, _, _, err := kubectl.ParseTarget(target); err != nil {
-			return usageError{err}
+			return cli.UsageErr(err)
 		}
 	}
 	path := kubeconfigPath(*kubeconfig)
-	api, err := events.NewReader(path, *kubeContext, "shutdown-manager/"+Version+" (kubectl plugin)")
+	api, err := events.NewReader(path, *kubeContext, "shutdown-manager/"+cli.Version+" (kubectl plugin)")
 	if err != nil {
 		return err
 	}
@@ -130,7 +114,7 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 	case "table", "wide":
 		return kubectl.WriteTable(stdout, rep, *output == "wide", *liveStatus, time.Now())
 	}
-	return writeStructured(stdout, *output, rep)
+	return cli.WriteStructured(stdout, *output, rep)
 }
 
 // kubeconfigPath is the kubeconfig file to read, as kubectl finds it: --kubeconfig, else the first file of

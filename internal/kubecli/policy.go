@@ -1,10 +1,11 @@
-package cli
+package kubecli
 
 import (
 	"context"
 	"flag"
 	"io"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/policy"
 )
 
@@ -14,7 +15,7 @@ func runPolicy(_ context.Context, args []string, _ io.Reader, stdout, stderr io.
 	fs := flag.NewFlagSet("policy", flag.ContinueOnError)
 	var f injectFlags
 	f.register(fs)
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	cfg, err := f.config(fs)

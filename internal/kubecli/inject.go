@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
@@ -20,17 +21,17 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	var f injectFlags
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
-	output := outputFlag(fs)
+	output := cli.OutputFlag(fs)
 	var templates templatePaths
 	templates.register(fs)
 	f.register(fs)
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *file == "" {
-		return usagef("give the manifests with -f FILE or -f -")
+		return cli.Usagef("give the manifests with -f FILE or -f -")
 	}
-	if err := checkOutput(fs, *output); err != nil {
+	if err := cli.CheckOutput(fs, *output); err != nil {
 		return err
 	}
 	cfg, err := f.config(fs)
@@ -48,7 +49,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	workloads, injected, optedOut := 0, 0, 0
 	out, err := inject.Transform(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		workloads++
-		if !isFlagSet(fs, "mode") {
+		if !cli.IsFlagSet(fs, "mode") {
 			warnModeSwitch(stderr, meta, cfg.Mode)
 		}
 		err := inject.Inject(meta, spec, cfg)
@@ -99,16 +100,16 @@ func warnModeSwitch(stderr io.Writer, meta *metav1.ObjectMeta, mode inject.Mode)
 func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("uninject", flag.ContinueOnError)
 	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
-	output := outputFlag(fs)
+	output := cli.OutputFlag(fs)
 	var templates templatePaths
 	templates.register(fs)
-	if err := parse(fs, args, stdout); err != nil {
+	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
 	if *file == "" {
-		return usagef("give the manifests with -f FILE or -f -")
+		return cli.Usagef("give the manifests with -f FILE or -f -")
 	}
-	if err := checkOutput(fs, *output); err != nil {
+	if err := cli.CheckOutput(fs, *output); err != nil {
 		return err
 	}
 	in, closeIn, err := openManifests(*file, stdin)

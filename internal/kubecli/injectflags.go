@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"flag"
@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
@@ -60,29 +61,29 @@ const ReleaseRepository = "ghcr.io/envoy-shutdown-manager/shutdown-manager"
 var releaseVersion = regexp.MustCompile(`^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$`)
 
 // DefaultImage is the image inject, webhook and policy write when --image is not given: the one the release
-// workflow publishes for this build, ReleaseRepository:Version. A development build (Version dev, or anything
+// workflow publishes for this build, ReleaseRepository:cli.Version. A development build (cli.Version dev, or anything
 // but a release's version) has none: no registry serves an image of an untagged commit, and a default that
 // cannot be pulled leaves pods uninjected (the webhook's failurePolicy Ignore) or failing, so it returns "" and
 // those commands ask for --image.
 func DefaultImage() string {
-	if !releaseVersion.MatchString(Version) {
+	if !releaseVersion.MatchString(cli.Version) {
 		return ""
 	}
-	return ReleaseRepository + ":" + Version
+	return ReleaseRepository + ":" + cli.Version
 }
 
 // config turns the flags that were set (fs says which) into an inject.Config.
 func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
-	if f.image == "" && !isFlagSet(fs, "image") {
-		return inject.Config{}, usagef("this is a development build (%s): give --image=REGISTRY/NAME:TAG; releases default to %s:vX.Y.Z", Version, ReleaseRepository)
+	if f.image == "" && !cli.IsFlagSet(fs, "image") {
+		return inject.Config{}, cli.Usagef("this is a development build (%s): give --image=REGISTRY/NAME:TAG; releases default to %s:vX.Y.Z", cli.Version, ReleaseRepository)
 	}
 	if f.port < 0 || f.port > 65535 || f.metricsPort < 0 || f.metricsPort > 65535 {
-		return inject.Config{}, usagef("--port and --metrics-port must be ports")
+		return inject.Config{}, cli.Usagef("--port and --metrics-port must be ports")
 	}
 	cfg := inject.Config{
 		Image:           f.image,
 		ImagePullPolicy: corev1.PullPolicy(f.pullPolicy),
-		Version:         Version,
+		Version:         cli.Version,
 		Mode:            inject.Mode(f.mode),
 		BinaryFrom:      inject.BinaryFrom(f.binaryFrom),
 		Hook:            inject.Hook(f.hook),
@@ -97,7 +98,7 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		Drain:           f.drain.Drain,
 	}
 	if err := cfg.Validate(); err != nil {
-		return inject.Config{}, usageError{err}
+		return inject.Config{}, cli.UsageErr(err)
 	}
 	return cfg, nil
 }

@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"bytes"
@@ -10,15 +10,16 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/policy"
 )
 
 // TestDeployPolicy: deploy/policy/policy.yaml is exactly what `policy` writes with the deploy examples'
 // image (-update rewrites it; make deploy does that).
 func TestDeployPolicy(t *testing.T) {
-	old := Version
-	Version = "dev"
-	t.Cleanup(func() { Version = old })
+	old := cli.Version
+	cli.Version = "dev"
+	t.Cleanup(func() { cli.Version = old })
 	cmd := []string{"policy", "--image=" + deployImage}
 	var stdout, stderr bytes.Buffer
 	if code := Run(context.Background(), cmd, nil, &stdout, &stderr); code != ExitOK {

@@ -1,4 +1,4 @@
-package cli
+package kubecli
 
 import (
 	"bytes"
@@ -9,41 +9,16 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
 // drainCommandFlags are the flag sets of the commands inject writes into pods: drain (hook mode, the exec hooks),
-// serve (the sidecar) and run (agent mode).
+// serve (the sidecar) and run (agent mode), as each parses its arguments (cli.FlagSetOf).
 func drainCommandFlags() map[string]*flag.FlagSet {
 	sets := map[string]*flag.FlagSet{}
-	{
-		fs := flag.NewFlagSet("drain", flag.ContinueOnError)
-		var df drainFlags
-		var lf logFlags
-		df.register(fs)
-		lf.register(fs)
-		fs.String("progress", "", "")
-		fs.String("via", "", "")
-		fs.String("token-file", "", "")
-		sets["drain"] = fs
-	}
-	{
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		var df drainFlags
-		var lf logFlags
-		var af apiFlags
-		df.register(fs)
-		lf.register(fs)
-		af.register(fs)
-		fs.String("listen", "", "")
-		fs.Duration("trigger-wait", 0, "")
-		sets["serve"] = fs
-	}
-	{
-		fs := flag.NewFlagSet("run", flag.ContinueOnError)
-		var rf runFlags
-		rf.register(fs)
-		sets["run"] = fs
+	for _, name := range []string{"drain", "serve", "run"} {
+		sets[name] = cli.FlagSetOf(context.Background(), cli.PodCommand(name))
 	}
 	return sets
 }
@@ -89,7 +64,7 @@ func TestDrainFlagsCarried(t *testing.T) {
 		register func(*flag.FlagSet)
 	}{
 		{"inject", func(fs *flag.FlagSet) { var f injectFlags; f.register(fs) }},
-		{"webhook", func(fs *flag.FlagSet) { var f injectFlags; var lf logFlags; f.register(fs); lf.register(fs) }},
+		{"webhook", func(fs *flag.FlagSet) { var f injectFlags; var lf cli.LogFlags; f.register(fs); lf.Register(fs) }},
 		{"policy", func(fs *flag.FlagSet) { var f injectFlags; f.register(fs) }},
 	} {
 		fs := flag.NewFlagSet(cmd.name, flag.ContinueOnError)
