@@ -95,7 +95,9 @@ func writeRegistrySection(b *strings.Builder, c *Cluster, rows []row) {
 		return
 	}
 	b.WriteString("\n## Our image and chart, from the registry\n\n")
-	fmt.Fprintf(b, "distribution's registry (%s, scripts/registry-binary.sh) on https://%s, the node's address: TLS with a CA the test\n", firstLine(run(c.Registry.bin, "--version")), RegistryHost)
+	// `registry --version` prints "PATH github.com/distribution/distribution/v3 VERSION".
+	version := strings.Fields(run(c.Registry.bin, "--version"))
+	fmt.Fprintf(b, "distribution's registry %s (scripts/registry-binary.sh) on https://%s, the node's address: TLS with a CA the test\n", version[len(version)-1], RegistryHost)
 	b.WriteString("made (containerd trusts it through certs.d/hosts.toml), basic auth (htpasswd, bcrypt). Pushed: the release's image index\n")
 	fmt.Fprintf(b, "(linux/%s, internal/image as `make release` builds it) as `%s`, digest `%s`, with go-containerregistry\n", strings.Join(managerArches, ", linux/"), ManagerImage, c.ManagerDigest)
 	fmt.Fprintf(b, "(internal/image.Push); the chart, packaged at %s, with `helm push` to %s. Installed with `helm install %s %s/shutdown-manager\n", ChartVersion, ChartRepository, ChartRelease, ChartRepository)
