@@ -2,7 +2,7 @@
 # make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
 # Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2, haproxy), builds
 # the Kubernetes binaries, containerd 2 and Contour's `contour` into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
-# warm), Helm (scripts/helm-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
+# warm), Helm (scripts/helm-binary.sh), distribution's registry (scripts/registry-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
 # starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
 # `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
 # as -test.run does). E2E_FLEET=1 (make e2e-fleet) runs the multi-node scenarios instead and writes
@@ -35,7 +35,8 @@ KUBE_BINARIES="etcd kube-apiserver kubectl kubelet kube-proxy kube-controller-ma
   ./scripts/kube-binaries.sh >/dev/null
 ./scripts/kube-binaries.sh --containerd >/dev/null
 ./scripts/kube-binaries.sh --contour >/dev/null # Contour's real shutdown manager, for the Contour scenarios
-./scripts/helm-binary.sh >/dev/null # the chart (the webhook) is installed with it
+./scripts/helm-binary.sh >/dev/null # the chart (the webhook) is pushed and installed with it
+./scripts/registry-binary.sh >/dev/null # the OCI registry our image and chart are pulled from
 echo "e2e: binaries ready after $((SECONDS - start)) s" >&2
 
 mkdir -p bin

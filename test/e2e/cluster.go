@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,10 @@ import (
 	"testing"
 	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
@@ -64,9 +69,12 @@ type Cluster struct {
 	host       *hostState
 	before     hostSnapshot // the host before the cluster changed anything; teardown compares
 	containerd *testproc.Proc
-	kubelet    *testproc.Proc
-	kubeProxy  *testproc.Proc
-	managers   []*testproc.Proc // controller-manager, scheduler
+	// Registry serves our image and chart; ManagerDigest is the index StartCluster pushed to it, by digest.
+	Registry      *Registry
+	ManagerDigest string
+	kubelet       *testproc.Proc
+	kubeProxy     *testproc.Proc
+	managers      []*testproc.Proc // controller-manager, scheduler
 }
 
 // unavailable fails the test when CI=true (a machine that cannot run the cluster must not pass CI) and skips it
@@ -131,6 +139,12 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	if err := c.setUpNetwork(); err != nil {
 		tb.Fatalf("setting up the network: %v", err)
 	}
+	// On the node's address, which exists from now on; its stop is registered after teardownHost's, so it runs
+	// before it.
+	c.Registry = StartRegistry(ctx, tb, dir, c.LogDir)
+	if err := c.Registry.writeHostsTOML(certsDir(dir)); err != nil {
+		tb.Fatalf("writing containerd's hosts.toml for the registry: %v", err)
+	}
 
 	began := time.Now()
 	c.API = kubetest.StartWith(tb, kubetest.Config{BindAddress: NodeIP, AdvertiseAddress: NodeIP, ServiceClusterIPRange: ServiceCIDR})
@@ -159,7 +173,28 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
 		tb.Fatalf("importing the images: %v: %s", err, out)
 	}
-	tb.Logf("images written and imported in %s", time.Since(imagesStart).Round(time.Millisecond))
+	// The pod image as the release's index of both architectures; the cluster image (the webhook's) for this
+	// machine's only: what the pods pull is the part under test, and each architecture is a build.
+	idx, err := managerIndex(ctx, root, image.MainPackage, managerArches)
+	if err != nil {
+		tb.Fatalf("building the release's image index: %v", err)
+	}
+	pushed, err := image.Push(ctx, ManagerImage, idx, c.Registry, remote.WithTransport(c.Registry.Transport()))
+	if err != nil {
+		tb.Fatalf("pushing the image index to the registry: %v", err)
+	}
+	c.ManagerDigest = pushed.DigestStr()
+	clusterIdx, err := managerIndex(ctx, root, image.ClusterPackage, []string{runtime.GOARCH})
+	if err != nil {
+		tb.Fatalf("building the cluster image: %v", err)
+	}
+	if _, err := image.Push(ctx, ClusterImage, clusterIdx, c.Registry, remote.WithTransport(c.Registry.Transport())); err != nil {
+		tb.Fatalf("pushing the cluster image to the registry: %v", err)
+	}
+	if err := writeManagerArchive(map[string]v1.ImageIndex{ManagerImage: idx, ClusterImage: clusterIdx}, filepath.Join(dir, "manager.tar")); err != nil {
+		tb.Fatalf("writing the manager's archive for the fleet's nodes: %v", err)
+	}
+	tb.Logf("images written and imported, the release's index pushed as %s, in %s", pushed, time.Since(imagesStart).Round(time.Millisecond))
 	tb.Cleanup(func() { c.stopNode(tb) })
 	if err := c.startNode(); err != nil {
 		tb.Fatalf("starting kubelet and kube-proxy: %v", err)
@@ -334,6 +369,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = %[9]q
     conf_dir = %[10]q
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = %[11]q
 `
 
 // cniConfig is the bridge network: host-local addresses from PodCIDR (its state in the run directory), no
@@ -395,7 +432,7 @@ func writeContainerdConfig(dir, socket, bridge, podCIDR, nodeIP string, chained 
 		return "", err
 	}
 	cfg := fmt.Sprintf(containerdConfig, filepath.Join(d, "root"), filepath.Join(d, "state"), socket, socket+".ttrpc",
-		filepath.Join(d, "opt"), "docker.io/"+PauseImage, runc, filepath.Join(d, "runc"), cniBinDir, cniDir)
+		filepath.Join(d, "opt"), "docker.io/"+PauseImage, runc, filepath.Join(d, "runc"), cniBinDir, cniDir, certsDir(dir))
 	cfgPath := filepath.Join(d, "config.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return "", err
@@ -410,6 +447,10 @@ func writeContainerdConfig(dir, socket, bridge, podCIDR, nodeIP string, chained 
 	}
 	return cfgPath, nil
 }
+
+// certsDir is the registry host configuration directory (containerd's certs.d, its CRI config_path) of the
+// containerd whose run directory is dir: Registry.writeHostsTOML writes the registry's hosts.toml there.
+func certsDir(dir string) string { return filepath.Join(dir, "containerd", "certs.d") }
 
 // awaitContainerd waits up to a minute for the containerd p to answer ctr at socket.
 func awaitContainerd(ctx context.Context, p *testproc.Proc, ctrdBin, socket string) error {

@@ -425,9 +425,12 @@ func contourObjects(ctx context.Context, t *testing.T, root, manager, contour, d
 	}
 	cm := corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
 		ObjectMeta: metav1.ObjectMeta{Name: contourBootstrapConfigMap}, Data: map[string]string{"envoy.json": boot}}
-	sa := "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: envoy\n"
+	sa, err := edit("the ServiceAccount", "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: envoy\n", pullSecretEdits)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if events {
-		if sa, err = readEdited(root, "deploy/common/envoy-events-rbac.yaml"); err != nil {
+		if sa, err = readEdited(root, "deploy/common/envoy-events-rbac.yaml", pullSecretEdits); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -505,6 +508,7 @@ func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, man
 	dir := t.TempDir()
 	text := contourManifests(ctx, t, root, manager, contour, dir, takeover)
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	createPullSecret(ctx, t, c, ns)
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

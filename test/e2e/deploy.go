@@ -62,6 +62,12 @@ var (
                   socket_address: {address: ` + UpstreamIP + `, port_value: 9000}
 `},
 	}
+	// The pods' ServiceAccount names the registry's pull Secret (createPullSecret): the ServiceAccount admission
+	// plugin gives its imagePullSecrets to every pod that runs as it, injected containers and image volumes
+	// included (docs/install.md).
+	pullSecretEdits = []replacement{
+		{"kind: ServiceAccount\nmetadata:\n  name: envoy\n", "kind: ServiceAccount\nimagePullSecrets:\n- name: " + PullSecret + "\nmetadata:\n  name: envoy\n"},
+	}
 	serviceEdits = []replacement{
 		{"    port: 80\n    targetPort: http\n", "    port: 80\n    targetPort: http\n  - name: tcp\n    port: 9000\n    targetPort: 9000\n"},
 	}
@@ -109,7 +115,7 @@ func envoyManifestsWith(ctx context.Context, root, manager string, injectArgs []
 		return "", err
 	}
 	// The pods run as the ServiceAccount envoy, which may record the managers' Events on them.
-	rbac, err := readEdited(root, "deploy/common/envoy-events-rbac.yaml")
+	rbac, err := readEdited(root, "deploy/common/envoy-events-rbac.yaml", pullSecretEdits)
 	if err != nil {
 		return "", err
 	}
@@ -126,8 +132,9 @@ func envoyManifestsWith(ctx context.Context, root, manager string, injectArgs []
 	dep = strings.Replace(dep, "        - name: ready\n          containerPort: 8081\n",
 		"        - name: ready\n          containerPort: 8081\n        - name: tcp\n          containerPort: 9000\n", 1)
 	if injectArgs != nil {
-		// The image by name: the e2e's build is a development build, which has no default image.
-		cmd := exec.CommandContext(ctx, manager, append([]string{"inject", "--image=" + ManagerImage}, append(injectArgs, "-f", "-")...)...)
+		// The image by name: the e2e's build is a development build, which has no default image. Pulled by
+		// every pod, as the chart's injection does (installChart).
+		cmd := exec.CommandContext(ctx, manager, append([]string{"inject", "--image=" + ManagerImage, "--image-pull-policy=Always"}, append(injectArgs, "-f", "-")...)...)
 		cmd.Stdin = strings.NewReader(dep)
 		var stderr strings.Builder
 		cmd.Stderr = &stderr

