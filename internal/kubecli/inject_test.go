@@ -34,6 +34,7 @@ func TestInjectCommand(t *testing.T) {
 	}{
 		{"hook", nil},
 		{"sidecar-plain-http", []string{"--mode", "sidecar", "--sidecar-kind=plain", "--hook", "http"}},
+		{"sidecar-http-token", []string{"--mode=sidecar", "--hook=http", "--token-secret=envoy-drain-token"}},
 		{"agent-image-volume", []string{"--mode=agent", "--binary-from=image-volume"}},
 		{"image-pull-policy", []string{"--binary-from=image-volume", "--image-pull-policy=Never"}},
 		{"flags-drain", []string{"--admin-address=unix:///var/run/envoy/admin.sock", "--drain-delay=2s", "--min-drain-duration=0s", "--quiet-period=1s",

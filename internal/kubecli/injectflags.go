@@ -95,6 +95,7 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		MetricsPort:     int32(f.metricsPort),
 		ReplaceHooks:    f.replaceHooks,
 		Takeover:        f.takeover,
+		TokenSecret:     f.tokenSecret,
 		Drain:           f.drain.Drain,
 	}
 	if err := cfg.Validate(); err != nil {
