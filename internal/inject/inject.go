@@ -701,7 +701,10 @@ func (s settings) apiToken(spec *corev1.PodSpec) bool {
 // What the token may do is what the pod's ServiceAccount is granted: the chart's events RBAC grants creating
 // and patching Events in the namespace.
 func apiAccessVolume() corev1.Volume {
+	// DefaultMode is the API server's default, written out so that the pod inject writes is the pod it stores
+	// (kubelet still gives the token file to the pod's user with mode 0600 when all containers run as one).
 	return corev1.Volume{Name: APIAccessVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: new(int32(corev1.ProjectedVolumeSourceDefaultMode)),
 		Sources: []corev1.VolumeProjection{
 			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: new(int64(APITokenExpiration)), Path: "token"}},
 			{ConfigMap: &corev1.ConfigMapProjection{
