@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/yamljson"
 )
 
@@ -58,6 +59,16 @@ func (s source) name() string {
 // serviceAccountDir is where Kubernetes mounts a pod's service account: token, ca.crt, namespace.
 const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
+// podServiceAccountDir is where the in-cluster access is read from: the directory the environment variable
+// podenv.ServiceAccountDir names (inject sets it with a token of the manager's own, in a pod that turns
+// automountServiceAccountToken off), else serviceAccountDir.
+func podServiceAccountDir() string {
+	if dir := os.Getenv(podenv.ServiceAccountDir); dir != "" {
+		return dir
+	}
+	return serviceAccountDir
+}
+
 // errNotInCluster: no kubeconfig given and no KUBERNETES_SERVICE_HOST, KUBERNETES_SERVICE_PORT to reach the API
 // server from a pod.
 var errNotInCluster = errors.New("not running in a cluster and no --kubeconfig given")
@@ -71,7 +82,7 @@ func accessFor(kubeconfig string) (access, error) {
 		}
 		return a, nil
 	}
-	return inCluster(serviceAccountDir)
+	return inCluster(podServiceAccountDir())
 }
 
 // inCluster is the access of a pod's service account mounted at dir: the API server that the variables

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 )
 
 // TestReadKubeconfig: what of a kubeconfig's current context is read (data before files, relative paths from
@@ -122,6 +124,29 @@ func TestInCluster(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_PORT", "")
 	if _, err := inCluster("/sa"); err != errNotInCluster {
 		t.Errorf("err = %v, want errNotInCluster", err)
+	}
+}
+
+// TestServiceAccountDirFromEnv: without a kubeconfig the access is read from the directory that
+// SHUTDOWN_MANAGER_SERVICE_ACCOUNT_DIR names (the token inject mounts for the manager's own use), else from
+// the default mount.
+func TestServiceAccountDirFromEnv(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "443")
+	t.Setenv(podenv.ServiceAccountDir, "")
+	a, err := accessFor("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.token.file != serviceAccountDir+"/token" || a.ca.file != serviceAccountDir+"/ca.crt" {
+		t.Errorf("default: got %s", describe(a))
+	}
+	t.Setenv(podenv.ServiceAccountDir, "/run/own")
+	if a, err = accessFor(""); err != nil {
+		t.Fatal(err)
+	}
+	if a.token.file != "/run/own/token" || a.ca.file != "/run/own/ca.crt" {
+		t.Errorf("%s=/run/own: got %s", podenv.ServiceAccountDir, describe(a))
 	}
 }
 

@@ -112,6 +112,9 @@ type Config struct {
 	// Takeover: replace another project's shutdown manager (Contour's, Envoy Gateway's, MARIN3R's) with ours;
 	// without it such a pod is refused (ErrPeerManager). See takeover.go.
 	Takeover bool
+	// NoAPIToken: never mount a token of the manager's own (APIAccessVolume) into a pod that turns
+	// automountServiceAccountToken off; the manager's Events in such a pod are then only logged.
+	NoAPIToken bool
 
 	Drain Drain
 }
@@ -157,6 +160,7 @@ const (
 	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
 	AnnotationTokenSecret = Prefix + "token-secret" // sidecar mode, hook http: the Secret holding the token (as --token-secret)
 	AnnotationTakeover    = Prefix + "takeover"     // "true": take over a peer's shutdown manager (as --takeover)
+	AnnotationAPIToken    = Prefix + "api-token"    // "false": no token of the manager's own where automount is off (as --api-token=false)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"
@@ -303,6 +307,11 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(fmt.Errorf("want true or false"))
 			}
 			s.Takeover = v == "true"
+		case AnnotationAPIToken:
+			if v != "true" && v != "false" {
+				return bad(fmt.Errorf("want true or false"))
+			}
+			s.NoAPIToken = v == "false"
 		case AnnotationMode:
 			if err := oneOf(v, ModeHook, ModeSidecar, ModeAgent); err != nil {
 				return bad(err)
@@ -349,7 +358,7 @@ func (s *settings) annotations(a map[string]string) error {
 // knownAnnotations: inject's own, then one per row of DrainSettings.
 var knownAnnotations = func() []string {
 	known := []string{AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
-		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTokenSecret, AnnotationTakeover, AnnotationStatus}
+		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTokenSecret, AnnotationTakeover, AnnotationAPIToken, AnnotationStatus}
 	for _, d := range DrainSettings {
 		known = append(known, d.Annotation())
 	}

@@ -111,6 +111,10 @@ var goldenCases = []struct {
 	{"sidecar-http-host-network-token", func(c *Config) { c.Mode, c.Hook, c.TokenSecret = ModeSidecar, HookHTTP, "envoy-drain-token" }},
 	{"bad-annotation-token-secret", func(c *Config) { c.Mode = ModeSidecar }},
 	{"sidecar-host-network", func(c *Config) { c.Mode = ModeSidecar }},
+	// automountServiceAccountToken: false (Contour's and Envoy Gateway's pods): the manager's own token, or not.
+	{"automount-off", nil},
+	{"automount-off-sidecar", func(c *Config) { c.Mode = ModeSidecar }},
+	{"automount-off-opted-out", nil},
 	// Envoy's admin on a unix socket: the sidecar mounts the volume that holds it, or the pod is refused.
 	{"sidecar-admin-socket-subpath", func(c *Config) {
 		c.Mode, c.Hook, c.AdminAddress = ModeSidecar, HookHTTP, "unix:///var/run/envoy/admin.sock"

@@ -56,6 +56,16 @@ const (
 	SocketVolume     = "shutdown-manager-run"     // emptyDir holding the sidecar's unix socket (HookExec)
 	TokenVolume      = "shutdown-manager-token"   // the Secret holding the token (HookHTTP with TokenSecret)
 
+	// APIAccessDir holds, in the containers that run the manager, a ServiceAccount token of the manager's own,
+	// the cluster's CA and the pod's namespace (APIAccessVolume): added where the pod turns
+	// automountServiceAccountToken off, so that the manager can record its Events (see apiAccessVolume). Not
+	// the default path (ServiceAccountDir), so that nothing else in Envoy's container finds a token there.
+	APIAccessDir    = "/run/shutdown-manager-api-access"
+	APIAccessVolume = "shutdown-manager-api-access"
+	// APITokenExpiration is the lifetime of that token (seconds); kubelet renews it at 80 % of it, and the
+	// manager reads the file at each request.
+	APITokenExpiration = 3600
+
 	// runAsUser is the image's user: injected containers never run as root.
 	runAsUser = 65532
 )
@@ -219,6 +229,13 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			st.Containers = append(st.Containers, SidecarContainer)
 		}
 	}
+	// A token of the manager's own where the pod has none (see apiAccessVolume): access is the directory passed
+	// to the manager ("" = the pod's own ServiceAccount mount, or none).
+	access := ""
+	if set.apiToken(spec) {
+		access = APIAccessDir
+		st.Volumes = append(st.Volumes, APIAccessVolume)
+	}
 	if err := checkFree(spec, c, st); err != nil {
 		return err
 	}
@@ -245,12 +262,12 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		args := append([]string{BinaryPath, "drain", "--log-output=envoy"}, drainArgs...)
 		args = append(args, "--drain-timeout="+plan.timeout.String())
 		setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
-		st.Env = addPodEnv(c)
+		st.Env = addPodEnv(c, access)
 	case ModeSidecar:
 		if err := checkPorts(spec, set); err != nil {
 			return err
 		}
-		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()))
+		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()), access)
 		adminMount, adminSocket, err := adminSocketMount(c, set.AdminAddress, st.Volumes)
 		if err != nil {
 			return err
@@ -273,7 +290,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			args := append([]string{BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}, drainArgs...)
 			args = append(args, "--drain-timeout="+plan.timeout.String())
 			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
-			st.Env = addPodEnv(c)
+			st.Env = addPodEnv(c, access)
 		} else if set.TokenSecret != "" {
 			// A token kubelet's httpGet could send would be written into the pod spec, for anyone who can read
 			// the pod: the hook is `drain --via` over the sidecar's port instead, with the token from the
@@ -288,7 +305,7 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			args := append([]string{BinaryPath, "drain", fmt.Sprintf("--via=http://127.0.0.1:%d", set.Port), "--token-file=" + TokenFile, "--log-output=envoy"}, drainArgs...)
 			args = append(args, "--drain-timeout="+plan.timeout.String())
 			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
-			st.Env = addPodEnv(c)
+			st.Env = addPodEnv(c, access)
 		} else {
 			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
 		}
@@ -313,7 +330,10 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			wrapped = append(wrapped, "--drain-timeout="+plan.timeout.String())
 		}
 		c.Command = append(append(wrapped, "--"), command...)
-		st.Env = addPodEnv(c)
+		st.Env = addPodEnv(c, access)
+	}
+	if access != "" {
+		spec.Volumes = append(spec.Volumes, apiAccessVolume())
 	}
 	addInitContainers(spec, envoy, inits)
 	if len(recorded) > 0 {
@@ -484,7 +504,7 @@ func checkFree(spec *corev1.PodSpec, envoy *corev1.Container, st Status) error {
 		}
 	}
 	for _, vm := range envoy.VolumeMounts {
-		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir || vm.MountPath == TokenDir {
+		if slices.Contains(st.Volumes, vm.Name) || vm.MountPath == BinaryDir || vm.MountPath == SocketDir || vm.MountPath == TokenDir || vm.MountPath == APIAccessDir {
 			return fmt.Errorf("container %q already mounts %q at %s, which inject would add (no %s annotation)", envoy.Name, vm.Name, vm.MountPath, AnnotationStatus)
 		}
 	}
@@ -555,14 +575,17 @@ func installContainer(set settings) corev1.Container {
 	}
 }
 
-func sidecarContainer(set settings, drainArgs []string) corev1.Container {
+func sidecarContainer(set settings, drainArgs []string, access string) corev1.Container {
 	c := corev1.Container{
 		Name:            SidecarContainer,
 		Image:           set.Image,
 		ImagePullPolicy: set.ImagePullPolicy,
-		Env:             podEnv(),
+		Env:             podEnv(access),
 		Resources:       resources(),
 		SecurityContext: securityContext(),
+	}
+	if access != "" {
+		c.VolumeMounts = append(c.VolumeMounts, apiAccessMount())
 	}
 	if set.Hook == HookExec {
 		c.Args = append([]string{"serve", "--listen=" + SocketURL}, drainArgs...)
@@ -624,23 +647,33 @@ func adminSocketMount(envoy *corev1.Container, admin string, ours []string) (vm 
 // podEnv: the variables naming the manager's Pod (internal/podenv), from the downward API, in every container that
 // runs the manager: Envoy's container in hook and agent modes and with the sidecar's exec hook (`drain --via` drains
 // by itself when the sidecar is gone), and the sidecar. The manager records its Kubernetes Events on that Pod.
-func podEnv() []corev1.EnvVar {
+// With access (APIAccessDir, the token of the manager's own), podenv.ServiceAccountDir names it too.
+func podEnv(access string) []corev1.EnvVar {
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: path}}
 	}
-	return []corev1.EnvVar{
+	env := []corev1.EnvVar{
 		{Name: podenv.Name, ValueFrom: field("metadata.name")},
 		{Name: podenv.Namespace, ValueFrom: field("metadata.namespace")},
 		{Name: podenv.UID, ValueFrom: field("metadata.uid")},
 	}
+	if access != "" {
+		env = append(env, corev1.EnvVar{Name: podenv.ServiceAccountDir, Value: access})
+	}
+	return env
 }
 
-// addPodEnv appends podEnv to Envoy's container and returns the names it added. A variable the container
-// already sets is kept as it is: the user's value wins (it may name the Pod on purpose), and refusing the
-// pod would cost it its drain for the sake of Events. Uninject removes only the names returned here.
-func addPodEnv(c *corev1.Container) []string {
+// addPodEnv appends podEnv to Envoy's container and returns the names it added; with access, it mounts the
+// manager's token there too (the volume's name in the status annotation makes Uninject remove the mount). A
+// variable the container already sets is kept as it is: the user's value wins (it may name the Pod on purpose),
+// and refusing the pod would cost it its drain for the sake of Events. Uninject removes only the names returned
+// here.
+func addPodEnv(c *corev1.Container, access string) []string {
+	if access != "" {
+		c.VolumeMounts = append(c.VolumeMounts, apiAccessMount())
+	}
 	var added []string
-	for _, e := range podEnv() {
+	for _, e := range podEnv(access) {
 		if slices.ContainsFunc(c.Env, func(have corev1.EnvVar) bool { return have.Name == e.Name }) {
 			continue
 		}
@@ -648,6 +681,45 @@ func addPodEnv(c *corev1.Container) []string {
 		added = append(added, e.Name)
 	}
 	return added
+}
+
+// apiToken reports whether the manager gets a token of its own (APIAccessVolume): the pod turns
+// automountServiceAccountToken off (Contour's and Envoy Gateway's Envoy pods do), so no container has its
+// ServiceAccount's token, and the manager's Events would be refused for want of one; unless opted out
+// (Config.NoAPIToken, annotation AnnotationAPIToken "false"). A pod whose ServiceAccount (not the pod) turns
+// automount off cannot be told from the pod spec: it gets none, and its Events are only logged.
+func (s settings) apiToken(spec *corev1.PodSpec) bool {
+	return !s.NoAPIToken && spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken
+}
+
+// apiAccessVolume is the token of the manager's own, as the API server's ServiceAccount admission plugin
+// mounts one into every container of a pod that does not turn automount off (its kube-api-access-… volume),
+// and as service meshes give their sidecars one: a projected volume of a bound ServiceAccount token (the pod's
+// account, the API server's own audience, an hour's lifetime, renewed by kubelet), the cluster's CA
+// (the kube-root-ca.crt ConfigMap every namespace has) and the pod's namespace. Only the containers that run
+// the manager mount it, read-only, at APIAccessDir, and the manager is told so (podenv.ServiceAccountDir).
+// What the token may do is what the pod's ServiceAccount is granted: the chart's events RBAC grants creating
+// and patching Events in the namespace.
+func apiAccessVolume() corev1.Volume {
+	// DefaultMode is the API server's default, written out so that the pod inject writes is the pod it stores
+	// (kubelet still gives the token file to the pod's user with mode 0600 when all containers run as one).
+	return corev1.Volume{Name: APIAccessVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: new(int32(corev1.ProjectedVolumeSourceDefaultMode)),
+		Sources: []corev1.VolumeProjection{
+			{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{ExpirationSeconds: new(int64(APITokenExpiration)), Path: "token"}},
+			{ConfigMap: &corev1.ConfigMapProjection{
+				LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+				Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+			}},
+			{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{
+				{Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}},
+			}}},
+		},
+	}}}
+}
+
+func apiAccessMount() corev1.VolumeMount {
+	return corev1.VolumeMount{Name: APIAccessVolume, MountPath: APIAccessDir, ReadOnly: true}
 }
 
 // shareUser runs the sidecar as Envoy's user and group when Envoy's container runs as a known non-root

@@ -16,7 +16,8 @@ const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 // webhook adds has no token, and the sidecar's Events would be refused for want of one (only logged). The
 // mount is copied from the first container that has one whose volume holds a token (the plugin mounts its one
 // volume into all of them); a pod with no such mount (automount turned off on the pod or its ServiceAccount)
-// gets none. The install init container gets none: it never calls the API.
+// gets none here: where the pod turns it off, Inject has given the sidecar a token of the manager's own
+// (APIAccessVolume, apiToken). The install init container gets none: it never calls the API.
 // A sidecar that already mounts something at ServiceAccountDir is left as it is.
 //
 // It is for the webhook only, which calls it after Inject. A manifest injected with `shutdown-manager inject`

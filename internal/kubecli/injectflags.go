@@ -29,6 +29,7 @@ type injectFlags struct {
 	replaceHooks   bool
 	takeover       bool
 	tokenSecret    string
+	apiToken       bool
 	// drain holds the drain's settings (inject.DrainSettings, one flag each) as the flags set them.
 	drain inject.Config
 }
@@ -46,6 +47,7 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.metricsPort, "metrics-port", inject.DefaultMetricsPort, "sidecar mode with --hook http: the metrics port")
 	fs.StringVar(&f.tokenSecret, "token-secret", "", "sidecar mode with --hook http: a Secret of the pod's namespace whose key \""+inject.TokenKey+"\" guards the sidecar's port (serve --token-file); mounted into the sidecar and Envoy's container, whose preStop hook then runs drain --via the port with it")
 	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
+	fs.BoolVar(&f.apiToken, "api-token", true, "where a pod turns automountServiceAccountToken off (Contour's and Envoy Gateway's Envoy pods), mount a ServiceAccount token of the manager's own, read-only at "+inject.APIAccessDir+" in the containers that run it, so that its Events are recorded; false: none, the Events are only logged; annotation "+inject.AnnotationAPIToken)
 	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
 	for _, d := range inject.DrainSettings {
 		fs.Func(d.Name, drainSettingUsage(d), func(v string) error { return d.Set(&f.drain, v) })
@@ -95,7 +97,7 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		MetricsPort:     int32(f.metricsPort),
 		ReplaceHooks:    f.replaceHooks,
 		Takeover:        f.takeover,
-		TokenSecret:     f.tokenSecret,
+		NoAPIToken:      !f.apiToken,
 		Drain:           f.drain.Drain,
 	}
 	if err := cfg.Validate(); err != nil {

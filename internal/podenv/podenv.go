@@ -14,4 +14,8 @@ const (
 	// UID: fieldRef metadata.uid. An Event's regarding.uid: `kubectl describe pod` lists a pod's Events by
 	// involvedObject.uid (and name, namespace, kind), so an Event without it is not shown there.
 	UID = "SHUTDOWN_MANAGER_POD_UID"
+	// ServiceAccountDir: a directory holding a ServiceAccount's token, ca.crt and namespace, read instead of the
+	// default /var/run/secrets/kubernetes.io/serviceaccount. Inject sets it where it mounts a token of the
+	// manager's own (a pod that turns automountServiceAccountToken off).
+	ServiceAccountDir = "SHUTDOWN_MANAGER_SERVICE_ACCOUNT_DIR"
 )

@@ -47,6 +47,7 @@ var Refusals = []struct{ Name, Why string }{
 	{"ports-free", "sidecar mode with --hook http: a container declares the sidecar's port or metrics port: inject refuses it"},
 	{"no-host-network", "sidecar mode with --hook http and no --token-secret: the pod uses the node's network (hostNetwork), where the sidecar's unguarded port would be the node's: inject refuses it"},
 	{"envoy-command-known", "agent mode: Envoy's container sets neither command nor args: inject refuses it"},
+	{"automount-not-off", "the pod sets automountServiceAccountToken: false (as Contour's and Envoy Gateway's Envoy pods do): inject then mounts a token of the manager's own (--api-token), a second shape of every added container, mount, variable and status annotation that the policy does not write; use `inject` or the webhook, or write the policy with --api-token=false, which injects such pods with no token (their Events are then only logged)"},
 }
 
 // probeGrace is the grace period of the probe pods (seconds): far beyond any drain timeout asked for, so the
@@ -347,6 +348,10 @@ object.spec.containers.all(c, %[3]s || !has(c.volumeMounts) || !c.volumeMounts.e
 		if g.cfg.TokenSecret == "" {
 			conds = append(conds, admissionv1.MatchCondition{Name: "no-host-network", Expression: `!has(object.spec.hostNetwork) || !object.spec.hostNetwork`})
 		}
+	}
+	if !g.cfg.NoAPIToken {
+		conds = append(conds, admissionv1.MatchCondition{Name: "automount-not-off",
+			Expression: `!has(object.spec.automountServiceAccountToken) || object.spec.automountServiceAccountToken`})
 	}
 	if g.status.Mode == inject.ModeAgent {
 		conds = append(conds, admissionv1.MatchCondition{Name: "envoy-command-known", Expression: fmt.Sprintf(

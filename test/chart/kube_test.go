@@ -137,6 +137,45 @@ func TestInstall(t *testing.T) {
 	}
 }
 
+// TestInstallEventsAllServiceAccounts: with events.allServiceAccounts the Events RoleBinding names the group of
+// every ServiceAccount of the namespace, so that pods whose accounts have generated names (Envoy Gateway's
+// envoy-<namespace>-<hash>) record their Events; the API server stores it, and grants creating and patching
+// Events in that namespace to any of its accounts, and nothing else.
+func TestInstallEventsAllServiceAccounts(t *testing.T) {
+	h := newHelm(t)
+	api := kubetest.Start(t)
+	api.Kubectl(t, "create", "namespace", "envoy-gateway-system")
+	h.must(t, "install", "shutdown-manager", h.chart, "--namespace", namespace, "--create-namespace", "--kubeconfig", api.Kubeconfig,
+		"--set", "events.namespaces={envoy-gateway-system}", "--set", "events.allServiceAccounts=true")
+	if got := api.Kubectl(t, "get", "rolebinding", "shutdown-manager-events", "--namespace", "envoy-gateway-system",
+		"-o", "jsonpath={range .subjects[*]}{.kind}/{.name} {end}"); strings.TrimSpace(got) != "Group/system:serviceaccounts:envoy-gateway-system" {
+		t.Errorf("RoleBinding subjects = %q, want the group of the namespace's ServiceAccounts only", got)
+	}
+	const gw = "system:serviceaccount:envoy-gateway-system:envoy-default-37a8eec1" // Envoy Gateway's account of Gateway default/eg
+	for _, tc := range []struct {
+		as, namespace, verb, resource, want string
+	}{
+		{gw, "envoy-gateway-system", "create", "events.events.k8s.io", "yes"},
+		{gw, "envoy-gateway-system", "patch", "events.events.k8s.io", "yes"},
+		{gw, "envoy-gateway-system", "get", "events.events.k8s.io", "no"},
+		{gw, "envoy-gateway-system", "create", "events", "no"},
+		{gw, "envoy-gateway-system", "get", "pods", "no"},
+		{gw, "default", "create", "events.events.k8s.io", "no"},
+		{"system:serviceaccount:default:envoy", "default", "create", "events.events.k8s.io", "no"},
+	} {
+		args := []string{"auth", "can-i", tc.verb, tc.resource, "--namespace", tc.namespace, "--as", tc.as}
+		if strings.HasPrefix(tc.as, "system:serviceaccount:") {
+			// --as alone carries no groups: the API server's authenticator adds a ServiceAccount's, impersonation does not.
+			ns := strings.Split(tc.as, ":")[2]
+			args = append(args, "--as-group=system:serviceaccounts", "--as-group=system:serviceaccounts:"+ns, "--as-group=system:authenticated")
+		}
+		out, _ := api.Command(t.Context(), args...).Output()
+		if got := strings.TrimSpace(string(out)); got != tc.want {
+			t.Errorf("%s can %s %s in %s: %q, want %q", tc.as, tc.verb, tc.resource, tc.namespace, got, tc.want)
+		}
+	}
+}
+
 // TestInstallExistingSecret installs with certificates.source secret and no caBundle value: the chart reads the CA
 // from the Secret at install time, and the webhook trusts it.
 func TestInstallExistingSecret(t *testing.T) {

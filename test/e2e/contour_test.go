@@ -25,9 +25,10 @@ package e2e
 //     and deleting it would leave the Service with no endpoint at all, whatever the drain.
 //   - Taken over with --admin-address=unix:///admin/admin.sock: without the init container nothing in the pod
 //     writes Envoy's -c file, and the takeover refuses to guess the admin address (docs/migrate.md).
-//   - Taken over only: the pod's ServiceAccount token is mounted (Contour sets automountServiceAccountToken: false)
-//     and deploy/common/envoy-events-rbac.yaml is applied (its ServiceAccount is `envoy`, Contour's): our manager
-//     records its Events with that token. docs/migrate-contour.md gives the same step.
+//   - Taken over only: the chart's Events RBAC is applied as docs/migrate-contour.md installs it (helm template of
+//     charts/shutdown-manager's events-rbac.yaml with events.namespaces the scenario's namespace and
+//     events.allServiceAccounts). Contour's automountServiceAccountToken: false stays: the takeover mounts a token
+//     of the manager's own (inject's --api-token, the default), with which our manager records its Events.
 // Contour's grace period (300 s), securityContext (user 65534), volumes /admin, probes and Envoy's arguments stay.
 
 import (
@@ -143,12 +144,12 @@ func contourDaemonSet(t *testing.T) (*appsv1.DaemonSet, string) {
 }
 
 // contourDeployment returns Contour's Envoy DaemonSet's pod template under a Deployment of 3 replicas, edited as
-// the file's comment says; events mounts the ServiceAccount token (the taken-over scenarios).
-func contourDeployment(t *testing.T, events bool) *appsv1.Deployment {
+// the file's comment says.
+func contourDeployment(t *testing.T) *appsv1.Deployment {
 	t.Helper()
 	ds, source := contourDaemonSet(t)
 	spec := ds.Spec.Template.Spec.DeepCopy()
-	if err := contourEdits(spec, contourShape{events: events}); err != nil {
+	if err := contourEdits(spec, contourShape{}); err != nil {
 		t.Fatalf("%s: %v: update test/e2e/contour_test.go", source, err)
 	}
 	return &appsv1.Deployment{
@@ -391,10 +392,10 @@ func contourBootstrap(ctx context.Context, bin, dir string) (string, error) {
 	return string(b), err
 }
 
-// contourManifests returns the objects of one Contour scenario: the ServiceAccount (and, taken over, the Events
-// RBAC of deploy/), the bootstrap ConfigMap, a ClusterIP Service on Envoy's http port, and the Deployment, taken
+// contourManifests returns the objects of one Contour scenario in namespace ns: the ServiceAccount (and, taken over,
+// the chart's Events RBAC for ns), the bootstrap ConfigMap, a ClusterIP Service on Envoy's http port, and the Deployment, taken
 // over by `shutdown-manager inject --takeover` when takeover.
-func contourManifests(ctx context.Context, t *testing.T, root, manager, contour, dir string, takeover bool) string {
+func contourManifests(ctx context.Context, t *testing.T, root, manager, contour, dir, ns string, takeover bool) string {
 	t.Helper()
 	svc := `apiVersion: v1
 kind: Service
@@ -412,7 +413,35 @@ spec:
 	if takeover {
 		injectArgs = []string{"--takeover"}
 	}
-	return svc + "\n---\n" + contourObjects(ctx, t, root, manager, contour, dir, contourDeployment(t, takeover), takeover, injectArgs)
+	text := svc + "\n---\n" + contourObjects(ctx, t, root, manager, contour, dir, contourDeployment(t), false, injectArgs)
+	if takeover {
+		text += "\n---\n" + chartEventsRBAC(ctx, t, root, ns)
+	}
+	return text
+}
+
+// chartEventsRBAC renders the chart's Events Role and RoleBinding for namespace ns as the migration pages install
+// them (events.namespaces={ns}, events.allServiceAccounts=true: every ServiceAccount of ns may record Events).
+func chartEventsRBAC(ctx context.Context, t *testing.T, root, ns string) string {
+	t.Helper()
+	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
+	if err != nil {
+		unavailable(t, "%v", err)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), "template", ChartRelease, filepath.Join(root, "charts/shutdown-manager"),
+		"--namespace", ChartNamespace, "--show-only", "templates/events-rbac.yaml",
+		"--set", "image.repository="+ManagerRepository, "--set", "image.tag="+ManagerVersion,
+		"--set", "events.namespaces={"+ns+"}", "--set", "events.allServiceAccounts=true")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("helm template events-rbac.yaml: %v: %s", err, stderr.String())
+	}
+	if !strings.Contains(string(out), "name: system:serviceaccounts:"+ns) {
+		t.Fatalf("helm template events-rbac.yaml: no RoleBinding to the group of %s's ServiceAccounts:\n%s", ns, out)
+	}
+	return string(out)
 }
 
 // contourObjects returns the ServiceAccount (with events, the Events RBAC of deploy/ instead), the bootstrap
@@ -506,7 +535,7 @@ func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, man
 	takeover := slices.Contains(s.inject, "--takeover")
 	ns := "e2e-" + s.name
 	dir := t.TempDir()
-	text := contourManifests(ctx, t, root, manager, contour, dir, takeover)
+	text := contourManifests(ctx, t, root, manager, contour, dir, ns, takeover)
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
 	createPullSecret(ctx, t, c, ns)
 	t.Cleanup(func() {
@@ -525,6 +554,14 @@ func runContourScenario(ctx context.Context, t *testing.T, c *Cluster, root, man
 	}
 	if got := injectedPods(ctx, t, c, ns); got != takeover {
 		t.Fatalf("Envoy pods injected: %v, want %v", got, takeover)
+	}
+	// Contour's pods keep automount off; taken over, they carry the manager's own token (and the shipped pods none).
+	for _, p := range strings.Split(strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "-o",
+		`jsonpath={range .items[*]}{.metadata.name} {.spec.automountServiceAccountToken} {range .spec.volumes[*]}{.name},{end}{"\n"}{end}`)), "\n") {
+		f := strings.Fields(p)
+		if len(f) != 3 || f[1] != "false" || strings.Contains(f[2], "shutdown-manager-api-access,") != takeover {
+			t.Fatalf("pod %q: want automountServiceAccountToken false and the volume shutdown-manager-api-access only when taken over (%v)", p, takeover)
+		}
 	}
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
 	addr := ip + ":80"

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,7 +28,8 @@ import (
 // TestWebhookSidecarServiceAccount: in sidecar mode, the sidecar the webhook adds is stored with the pod's
 // ServiceAccount token mounted, as a pod injected before it reached the API server (`shutdown-manager inject`)
 // has it from the ServiceAccount admission plugin; without it the sidecar's Events could only be logged. A pod
-// that turns automount off gets no token in any container. The webhook's health port serves its build_info and
+// that turns automount off gets no token at the default path in any container, and the manager's own token
+// (inject's projected volume, accepted and stored by the API server) in the sidecar and Envoy's container only. The webhook's health port serves its build_info and
 // the serving certificate's expiry; with the webhook down and failurePolicy Fail, the API server refuses the pod
 // and counts it in the series the chart's alert reads.
 func TestWebhookSidecarServiceAccount(t *testing.T) {
@@ -83,16 +85,31 @@ func TestWebhookSidecarServiceAccount(t *testing.T) {
 		}
 	})
 
-	t.Run("automount off: no token anywhere", func(t *testing.T) {
+	t.Run("automount off: the manager's own token, where it runs only", func(t *testing.T) {
 		p := pod("opted", "no-automount")
 		p.Spec.AutomountServiceAccountToken = new(false)
 		stored := decodePod(t, create(t, api, p).stdout)
 		for _, cs := range [][]corev1.Container{stored.Spec.InitContainers, stored.Spec.Containers} {
 			for _, c := range cs {
-				if strings.Contains(fmtMounts(c.VolumeMounts), inject.ServiceAccountDir) {
-					t.Errorf("container %s mounts a token: %+v", c.Name, c.VolumeMounts)
+				mounts := fmtMounts(c.VolumeMounts)
+				if strings.Contains(mounts, inject.ServiceAccountDir) {
+					t.Errorf("container %s mounts a token at the default path: %+v", c.Name, c.VolumeMounts)
+				}
+				// The sidecar serves the drain; Envoy's exec hook runs `drain --via`, which drains by itself when
+				// the sidecar is gone: both run the manager. The install container never calls the API.
+				want := c.Name == inject.SidecarContainer || c.Name == "envoy"
+				if got := strings.Contains(mounts, inject.APIAccessVolume+"@"+inject.APIAccessDir); got != want {
+					t.Errorf("container %s mounts the manager's token at %s: %v, want %v (%s)", c.Name, inject.APIAccessDir, got, want, mounts)
 				}
 			}
+		}
+		i := slices.IndexFunc(stored.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == inject.APIAccessVolume })
+		if i < 0 || stored.Spec.Volumes[i].Projected == nil || len(stored.Spec.Volumes[i].Projected.Sources) != 3 ||
+			stored.Spec.Volumes[i].Projected.Sources[0].ServiceAccountToken == nil {
+			t.Errorf("stored volumes %+v: no projected %s with a ServiceAccount token", stored.Spec.Volumes, inject.APIAccessVolume)
+		}
+		if slices.ContainsFunc(stored.Spec.Volumes, func(v corev1.Volume) bool { return strings.HasPrefix(v.Name, "kube-api-access-") }) {
+			t.Errorf("the API server added its own token volume to a pod that turns automount off: %+v", stored.Spec.Volumes)
 		}
 		sidecarOf(t, stored)
 	})

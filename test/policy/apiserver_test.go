@@ -99,6 +99,9 @@ var goldenSettings = map[string]func(*inject.Config){
 		c.Mode, c.Hook, c.TokenSecret = inject.ModeSidecar, inject.HookHTTP, "envoy-drain-token"
 	},
 	"bad-annotation-token-secret": func(c *inject.Config) { c.Mode = inject.ModeSidecar },
+	// internal/inject's golden case runs sidecar mode with the manager's own token; here, with --api-token=false,
+	// which the policy carries out like inject (with the token, it refuses the pod: automount-off, below).
+	"automount-off-sidecar": func(c *inject.Config) { c.Mode, c.NoAPIToken = inject.ModeSidecar, true },
 }
 
 // everySetting sets every row of inject.DrainSettings to its example (as internal/inject's golden case does).
@@ -122,6 +125,8 @@ var refused = map[string]string{
 	"reinject-other-mode":             "not-injected",
 	"native-sidecar-envoy":            "envoy-not-native-sidecar",
 	"native-sidecar-envoy-sidecar":    "envoy-not-native-sidecar",
+	"automount-off":                   "automount-not-off",
+	"automount-off-opted-out":         "no-pod-settings",
 }
 
 // TestSameStoredPods is the proof that the policy is inject: for every golden input of inject that holds

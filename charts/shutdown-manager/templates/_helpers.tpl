@@ -125,6 +125,9 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- if $i.takeover }}
 - --takeover
 {{- end }}
+{{- if not $i.apiToken }}
+- --api-token=false
+{{- end }}
 {{- with $i.drainDelay }}
 - {{ printf "--drain-delay=%v" . | quote }}
 {{- end }}
