@@ -97,6 +97,7 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		MetricsPort:     int32(f.metricsPort),
 		ReplaceHooks:    f.replaceHooks,
 		Takeover:        f.takeover,
+		TokenSecret:     f.tokenSecret,
 		NoAPIToken:      !f.apiToken,
 		Drain:           f.drain.Drain,
 	}
