@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Builds a tool that is a Go module of its own under tools/ from the Go module proxy, at the version its go.mod
+# requires, into a cache directory keyed by that version, and prints that directory's bin/ on stdout; does nothing
+# but print it when the binary is already there. The scheme of kube-binaries.sh: a versioned directory, a temporary
+# build directory renamed into place, a lock against concurrent builds (a second run waits for the first).
+#
+# Usage: tool-binary.sh TOOL [--print-dir], TOOL one of:
+#   helm      Helm (tools/helm), for the chart's tests and the e2e: scripts/helm-binary.sh
+#   registry  distribution's registry (tools/registry/main.go: its registry command with filesystem storage and
+#             htpasswd), the e2e's OCI registry: scripts/registry-binary.sh
+# Environment: HELM_CACHE_DIR, REGISTRY_CACHE_DIR: where each cache lives (default:
+# ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/TOOL). With --print-dir it only prints the bin/ directory, built
+# or not, so that the cache key is computed in this one place.
+set -euo pipefail
+
+main() {
+  local tool=$1 root mod module pkg ldflags version cache dir bin start
+  shift
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  case $tool in
+  helm)
+    mod=$root/tools/helm module=helm.sh/helm/v4 pkg=helm.sh/helm/v4/cmd/helm
+    cache=${HELM_CACHE_DIR:-}
+    # Without the version stamp `helm version` says v4.3 and charts' kubeVersion checks see a guess.
+    ldflags='-X helm.sh/helm/v4/internal/version.version=$version -X helm.sh/helm/v4/internal/version.gitTreeState=clean'
+    ;;
+  registry)
+    mod=$root/tools/registry module=github.com/distribution/distribution/v3 pkg=.
+    cache=${REGISTRY_CACHE_DIR:-}
+    # distribution's Makefile stamps the version (version.Version) that `registry --version` prints.
+    ldflags='-X github.com/distribution/distribution/v3/version.version=$version'
+    ;;
+  *)
+    echo "tool-binary: no tool $tool (helm, registry)" >&2
+    return 2
+    ;;
+  esac
+
+  # The one place the version comes from: the tool's go.mod's require line.
+  version=$(awk -v m="$module" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$mod/go.mod")
+  if [ -z "$version" ]; then
+    echo "$tool-binary: no $module version in $mod/go.mod" >&2
+    return 1
+  fi
+  ldflags="-s -w ${ldflags//'$version'/$version}"
+
+  cache=${cache:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/$tool}
+  dir=$cache/$version
+  bin=$dir/bin
+  if [ "${1:-}" = --print-dir ] || [ -x "$bin/$tool" ]; then
+    echo "$bin"
+    return 0
+  fi
+  mkdir -p "$bin"
+  exec 9>"$dir/.lock"
+  if command -v flock >/dev/null; then
+    flock 9
+  fi
+  if [ -x "$bin/$tool" ]; then # another run may have built it while we waited for the lock
+    echo "$bin"
+    return 0
+  fi
+
+  tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned
+  trap 'rm -rf "$tmp"' EXIT
+  trap 'exit 130' INT TERM # so that the EXIT trap runs on these too
+  echo "$tool-binary: building $tool $version into $bin" >&2
+  start=$SECONDS
+  (
+    cd "$mod"
+    GOWORK=off CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$tmp/$tool" "$pkg"
+  )
+  mv "$tmp/$tool" "$bin/$tool"
+  echo "$tool-binary: built in $((SECONDS - start)) s" >&2
+  echo "$bin"
+}
+
+main "$@"
