@@ -16,8 +16,9 @@ package e2e
 // Measured per node: when kube-proxy's /healthz answer changed (polled by the test every 100 ms from the host),
 // when the old pod's Ready condition turned False (its lastTransitionTime), when HAProxy marked the node down and
 // up, the drain. Asserted: on every node the check failed during the rollout and passed again (else the scenario
-// does not test what it says); the controls lose requests; the taken-over DaemonSet loses none (as the
-// contour-fleet scenarios assert).
+// does not test what it says); the control (no manager) loses requests; the DaemonSet taken over with
+// --drain-delay loses none (as the contour-fleet scenarios assert). Contour's manager and the takeover without the
+// delay are reported.
 
 import (
 	"context"
@@ -56,11 +57,13 @@ const haproxyNodePortsCheck = "default-server check port 32000 "
 const contourLBDrainDelay = "10s"
 
 var contourLBScenarios = []contourFleetScenario{
-	// The controls. Both must lose requests: kube-proxy's check fails at the deletion, but HAProxy sends to the
-	// node until it has seen 3 failed checks (6-9 s), and the node has no Envoy long before that: Contour's
-	// manager lets Envoy go within about 1.5 s (contour-fleet-shipped), and without a manager Envoy ends at
-	// kubelet's SIGTERM, at the deletion.
-	{name: "contour-lb-shipped", shape: contourShape{hostPorts: true}, control: true, lb: true},
+	// Contour's manager: reported, not asserted. Behind HAProxy on hostPorts (contour-fleet-shipped) it lets Envoy
+	// go within about 1.5 s and loses requests in every run; in this shape, in the first run (2026-11-26 22:20
+	// UTC), it held each Envoy 12-15 s, until after its pod was unready (its poll every 5 s found HTTP connections
+	// open until then), past HAProxy's mark-down (7-8 s), and lost none of 7,954.
+	{name: "contour-lb-shipped", shape: contourShape{hostPorts: true}, lb: true, reported: true},
+	// The control, which must lose requests: without a manager Envoy ends at kubelet's SIGTERM, at the deletion,
+	// and HAProxy sends to the node until it has seen 3 failed checks of kube-proxy's answer (6-9 s).
 	{name: "contour-lb-no-manager", shape: contourShape{hostPorts: true, noManager: true}, control: true, lb: true},
 	// Taken over, with --drain-delay covering the node check's mark-down: 0 failed, asserted.
 	{name: "contour-lb-takeover", shape: contourShape{hostPorts: true, events: true}, inject: []string{"--takeover", "--drain-delay=" + contourLBDrainDelay}, lb: true},
@@ -304,8 +307,8 @@ func writeContourLBSection(b *strings.Builder, rows []contourFleetRow) {
 		"`kubectl rollout restart daemonset/envoy`; times are from the restart (deletion and Ready=False in whole seconds, from the " +
 		"API's timestamps). *kube-proxy /healthz*: the node's healthCheckNodePort polled by the test every 100 ms: when it first " +
 		"answered other than 200 after the restart, and when 200 again. *Ready=False*: the old pod's Ready condition turned False " +
-		"(its readiness probe failed, or Envoy exited). Asserted: on every node /healthz failed and passed again; the controls " +
-		"(Contour's manager, no manager) lose requests; taken over, 0 failed, no FailedPreStopHook, DrainStarted and Drained on " +
+		"(its readiness probe failed, or Envoy exited). Asserted: on every node /healthz failed and passed again; the control " +
+		"(no manager) loses requests; taken over with --drain-delay, 0 failed, no FailedPreStopHook, DrainStarted and Drained on " +
 		"every old pod, every old pod gone after HAProxy had marked its node down.\n\n")
 	b.WriteString("| scenario | requests (sent / failed) | errors | rollout | node | old pod: deletion began → Ready=False → gone | kube-proxy /healthz | HAProxy down → up (time down) | drain (manager's log) | Events of the old pod (its start's left out) | pass |\n")
 	b.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
@@ -314,8 +317,8 @@ func writeContourLBSection(b *strings.Builder, rows []contourFleetRow) {
 		switch {
 		case r.s.control && r.s.shape.noManager:
 			name = r.s.name + " (no manager: must fail)"
-		case r.s.control:
-			name = r.s.name + " (Contour's manager: must fail)"
+		case r.s.inject == nil:
+			name = r.s.name + " (Contour's manager: reported)"
 		case r.s.reported:
 			name += " (reported)"
 		}
