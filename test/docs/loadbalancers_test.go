@@ -33,4 +33,12 @@ func TestLoadBalancerPage(t *testing.T) {
 			t.Errorf("docs/examples/haproxy.cfg no longer has %q, which docs/load-balancers.md explains: update both", want)
 		}
 	}
+	// The cloud stand-in of make e2e-fleet's contour-lb scenarios: kube-proxy's healthCheckNodePort, the timing
+	// the page's figures were measured with.
+	nodePorts := readRepo(t, "docs/examples/haproxy-nodeports.cfg")
+	for _, want := range []string{"inter 3s fall 3", "retries 0", "no option redispatch", "option httpchk GET /healthz"} {
+		if !strings.Contains(nodePorts, want) {
+			t.Errorf("docs/examples/haproxy-nodeports.cfg no longer has %q, which docs/load-balancers.md explains: update both", want)
+		}
+	}
 }
