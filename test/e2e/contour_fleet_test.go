@@ -62,15 +62,20 @@ type contourFleetScenario struct {
 	shape contourShape
 	// inject: the arguments of `shutdown-manager inject` (empty: the default, hook mode); nil: not injected.
 	inject []string
-	// control: Contour's own manager, which must lose requests.
+	// control: Contour's own manager, or no manager, which must lose requests.
 	control bool
+	// reported: the figures are reported, the loss not asserted either way (see its comment in the list).
+	reported bool
+	// lb: the cloud shape (contour_lb_test.go): Contour's `LoadBalancer` Service with externalTrafficPolicy Local,
+	// HAProxy on each node's nodePort, checking kube-proxy's healthCheckNodePort.
+	lb bool
 }
 
 var contourFleetScenarios = []contourFleetScenario{
-	{name: "contour-fleet-shipped", shape: contourShape{hostPorts: true}, control: true},
-	{name: "contour-fleet-takeover", shape: contourShape{hostPorts: true, events: true}, inject: []string{"--takeover"}},
+	{name: "contour-fleet-shipped", shape: contourShape{hostPorts: true, readyHostPort: true}, control: true},
+	{name: "contour-fleet-takeover", shape: contourShape{hostPorts: true, readyHostPort: true, events: true}, inject: []string{"--takeover"}},
 	// A fresh injection: Contour's pod with Contour's manager removed, injected as any Envoy pod.
-	{name: "contour-fleet-inject", shape: contourShape{hostPorts: true, events: true, noManager: true}, inject: []string{}},
+	{name: "contour-fleet-inject", shape: contourShape{hostPorts: true, readyHostPort: true, events: true, noManager: true}, inject: []string{}},
 }
 
 // contourFleetNode is what happened on one edge node in a scenario.
@@ -86,6 +91,11 @@ type contourFleetNode struct {
 	deleted      time.Duration // when the old pod's deletion began (its deletionTimestamp less its grace period: whole seconds)
 	gone         time.Duration // when the old pod was gone
 	events       []string
+	// The cloud shape only: when the old pod's Ready condition turned False (its lastTransitionTime: whole
+	// seconds; unreadyOK false if it was not seen), and the node's kube-proxy healthz answers.
+	unready   time.Duration
+	unreadyOK bool
+	healthz   healthzNode
 }
 
 type contourFleetRow struct {
@@ -245,26 +255,32 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 	if len(byNode) != len(edge) {
 		t.Fatalf("Envoy pods off the edge nodes: %v", byNode)
 	}
+	shipped := s.inject == nil && !s.shape.noManager // Contour's manager runs
 	for _, p := range podContainers(ctx, t, c, ns) {
 		// Contour's manager is there as shipped, gone when taken over or removed.
-		if has := slices.Contains(strings.Fields(p), "shutdown-manager"); has != (s.inject == nil) {
-			t.Fatalf("pod containers %q: Contour's shutdown-manager container there: %v, want %v", p, has, s.inject == nil)
+		if has := slices.Contains(strings.Fields(p), "shutdown-manager"); has != shipped {
+			t.Fatalf("pod containers %q: Contour's shutdown-manager container there: %v, want %v", p, has, shipped)
 		}
 	}
 	if got := injectedPods(ctx, t, c, ns); got != (s.inject != nil) {
 		t.Fatalf("Envoy pods injected: %v, want %v", got, s.inject != nil)
 	}
 	checkNoShell(ctx, t, c, ns, old[0])
-	checkReadinessRequests(ctx, t, edge)
-
-	lb := launchHAProxy(ctx, t, c, "haproxy-"+s.name+".cfg", func(bind string) (string, error) {
-		return haproxyConfigFrom(root, haproxyNodesExample, []replacement{{"\n  bind :80\n", "\n  bind " + bind + "\n"}}, names, ips, 80)
-	})
+	var lb *haproxy
+	var hz *healthzWatch
+	if s.lb {
+		lb, hz = startContourLB(ctx, t, c, root, ns, edge)
+	} else {
+		checkReadinessRequests(ctx, t, edge)
+		lb = launchHAProxy(ctx, t, c, "haproxy-"+s.name+".cfg", func(bind string) (string, error) {
+			return haproxyConfigFrom(root, haproxyNodesExample, []replacement{{"\n  bind :80\n", "\n  bind " + bind + "\n"}}, names, ips, 80)
+		})
+	}
 	if err := waitOK(ctx, lb.Addr); err != nil {
 		t.Fatalf("through HAProxy: %v\n%s", err, lb.log())
 	}
-	logContainer := "envoy" // our hook's log
-	if s.inject == nil {
+	logContainer := "envoy" // our hook's log, or Envoy's own without a manager
+	if shipped {
 		logContainer = "shutdown-manager" // Contour's sidecar; its exec hook's output reaches only kubelet's log
 	}
 	logs := map[string]*logFollower{}
@@ -290,23 +306,32 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 	// Every old pod gone: a DaemonSet rolls one node at a time here, each old pod deleted once the previous node's
 	// new pod is ready, each drain up to the grace period.
 	gone := map[string]time.Duration{}
-	deleted := map[string]time.Time{}
+	deleted, unready := map[string]time.Time{}, map[string]time.Time{}
 	grace := time.Duration(*ds.Spec.Template.Spec.TerminationGracePeriodSeconds) * time.Second // Contour's 300 s
 	if err := poll(ctx, time.Duration(len(old))*(grace+time.Minute), func() error {
+		// Per pod: its name, its Ready condition (status@lastTransitionTime), and once deleted its deletionTimestamp
+		// and grace period.
 		out, err := c.kubectl(ctx, "-n", ns, "get", "pods", "-l", "app=envoy", "-o",
-			`go-template={{range .items}}{{.metadata.name}} {{if .metadata.deletionTimestamp}}{{.metadata.deletionTimestamp}} {{.metadata.deletionGracePeriodSeconds}}{{end}}{{"\n"}}{{end}}`)
+			`go-template={{range .items}}{{.metadata.name}} ready={{range .status.conditions}}{{if eq .type "Ready"}}{{.status}}@{{.lastTransitionTime}}{{end}}{{end}} {{if .metadata.deletionTimestamp}}{{.metadata.deletionTimestamp}} {{.metadata.deletionGracePeriodSeconds}}{{end}}{{"\n"}}{{end}}`)
 		if err != nil {
 			return err
 		}
 		there := map[string][]string{}
 		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-			if f := strings.Fields(line); len(f) > 0 {
+			if f := strings.Fields(line); len(f) > 1 {
 				there[f[0]] = f[1:]
 			}
 		}
 		var left []string
 		for _, p := range old {
 			if f, ok := there[p]; ok {
+				ready := strings.TrimPrefix(f[0], "ready=")
+				f = f[1:]
+				if st, ts, _ := strings.Cut(ready, "@"); st == "False" && len(f) == 2 {
+					if at, err := time.Parse(time.RFC3339, ts); err == nil {
+						unready[p] = at // the old pod was Ready before its deletion (rollout status)
+					}
+				}
 				// The deletionTimestamp is when the grace period ends: the deletion began that many seconds before.
 				if len(f) == 2 {
 					at, err1 := time.Parse(time.RFC3339, f[0])
@@ -347,6 +372,9 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 	}
 	l.Drain()
 	res := l.Wait()
+	if hz != nil {
+		hz.stop()
+	}
 	r.sent, r.failed = res.Sent, res.Failed
 	for k, v := range res.Errors {
 		r.errors[k] += v
@@ -365,8 +393,17 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 		case <-time.After(10 * time.Second):
 		}
 		fn := contourFleetNode{node: nodeOf[p], pod: p, gone: gone[p], drain: "Contour's manager (it logs no outcome)", quiet: "–"}
+		if !shipped && s.inject == nil {
+			fn.drain = "no manager: Envoy ends at SIGTERM"
+		}
 		if at, ok := deleted[p]; ok {
 			fn.deleted = at.Sub(began.Truncate(time.Second))
+		}
+		if at, ok := unready[p]; ok {
+			fn.unready, fn.unreadyOK = at.Sub(began.Truncate(time.Second)), true
+		}
+		if hz != nil {
+			fn.healthz = hz.node(fn.node, began)
 		}
 		if s.inject != nil {
 			var lastNew string
@@ -397,26 +434,40 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 				fn.down.Round(100*time.Millisecond), fn.gone.Round(100*time.Millisecond)))
 		}
 		r.nodes = append(r.nodes, fn)
+		if s.lb {
+			t.Logf("%s: node %s: pod %s Ready=False at %s (seen: %v); kube-proxy's healthCheckNodePort: %s", s.name, fn.node, p,
+				fn.unready, fn.unreadyOK, fn.healthz)
+		}
 		t.Logf("%s: node %s: pod %s: deletion began %s, gone %s after the restart; drain: %s; quiet: %s; HAProxy down at %v (marked: %v; %s), up at %v (marked: %v); Events: %v",
 			s.name, fn.node, p, fn.deleted, fn.gone.Round(100*time.Millisecond), fn.drain, fn.quiet, fn.down.Round(100*time.Millisecond), fn.downOK,
 			fn.downReason, fn.up.Round(100*time.Millisecond), fn.upOK, fn.events)
 	}
 	t.Logf("%s: sent=%d failed=%d errors=%v; rollout %s (%s); FailedPreStopHook: %d", s.name, r.sent, r.failed, r.errors,
 		r.rollout.Round(100*time.Millisecond), r.strategy, len(failedHooks))
+	var notChecked []string
+	for _, fn := range r.nodes {
+		if s.lb && (!fn.healthz.downOK || !fn.healthz.upOK) {
+			// What the scenario is about: the node's check failing while its pod terminates, passing again after.
+			notChecked = append(notChecked, fmt.Sprintf("%s: healthz %s", fn.node, fn.healthz))
+		}
+	}
 	switch {
 	case ctx.Err() != nil:
 		t.Fatal("interrupted")
+	case len(notChecked) > 0:
+		t.Errorf("kube-proxy's healthCheckNodePort did not fail and pass again on every node during the rollout: %q", notChecked)
 	case s.control && r.failed == 0:
-		t.Errorf("Contour's own manager lost no request of %d behind the load balancer: this test cannot tell our drain from Contour's", r.sent)
+		t.Errorf("the control (%s) lost no request of %d behind the load balancer: this test cannot tell our drain from it", fn0(r.nodes), r.sent)
 	case s.control:
 		r.pass = true
-	case r.failed > 0:
+	case r.failed > 0 && !s.reported:
 		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
-	case len(failedHooks) > 0:
+	case s.inject != nil && len(failedHooks) > 0:
+		// Our hooks only: Contour's manager, reported, fails Envoy's preStop in every run (EOF from its exited sidecar).
 		t.Errorf("FailedPreStopHook: %q", failedHooks)
 	case missingEvents > 0:
 		t.Errorf("%d of %d old pods without DrainStarted and Drained", missingEvents, len(old))
-	case len(heldPast) > 0:
+	case len(heldPast) > 0 && !s.reported:
 		t.Errorf("old pods gone before HAProxy had marked their node down (the drain did not hold past the load balancer): %q", heldPast)
 	default:
 		r.pass = true
@@ -432,7 +483,7 @@ func runContourFleets(ctx context.Context, t *testing.T, c *Cluster, root, manag
 		return nil
 	}
 	var rows []contourFleetRow
-	for _, s := range contourFleetScenarios {
+	for _, s := range append(slices.Clone(contourFleetScenarios), contourLBScenarios...) {
 		ok := t.Run(s.name, func(t *testing.T) {
 			r := contourFleetRow{s: s, note: "stopped before its figures: see the test's log"}
 			defer func() { rows = append(rows, r) }()
@@ -445,8 +496,18 @@ func runContourFleets(ctx context.Context, t *testing.T, c *Cluster, root, manag
 	return rows
 }
 
+// fn0 is what ran in the old pods of a scenario (its first node's drain cell).
+func fn0(nodes []contourFleetNode) string {
+	if len(nodes) == 0 {
+		return "–"
+	}
+	return nodes[0].drain
+}
+
 // writeContourFleetSection appends the contour-fleet scenarios' table to the fleet's report.
-func writeContourFleetSection(b *strings.Builder, rows []contourFleetRow) {
+func writeContourFleetSection(b *strings.Builder, all []contourFleetRow) {
+	rows := slices.DeleteFunc(slices.Clone(all), func(r contourFleetRow) bool { return r.s.lb })
+	defer writeContourLBSection(b, slices.DeleteFunc(slices.Clone(all), func(r contourFleetRow) bool { return !r.s.lb }))
 	if len(rows) == 0 {
 		return
 	}

@@ -120,9 +120,12 @@ type contourShape struct {
 	// events mounts the ServiceAccount token (Contour sets automountServiceAccountToken: false): our manager records
 	// its Events with it.
 	events bool
-	// hostPorts keeps Envoy's hostPorts (80 and 443: the pod runs as a DaemonSet, one per node) and gives the
-	// `metrics` port (8002) a hostPort too; without it, the hostPorts are dropped.
+	// hostPorts keeps Envoy's hostPorts (80 and 443: the pod runs as a DaemonSet, one per node); without it, the
+	// hostPorts are dropped.
 	hostPorts bool
+	// readyHostPort gives the `metrics` port (8002, Envoy's /ready) a hostPort too (with hostPorts): a load balancer
+	// in front of the nodes checks it there.
+	readyHostPort bool
 	// noManager removes Contour's manager: its shutdown-manager container and Envoy's preStop hook that calls it.
 	noManager bool
 }
@@ -196,7 +199,7 @@ func contourEdits(spec *corev1.PodSpec, shape contourShape) error {
 	if hostPorts == 0 {
 		return fmt.Errorf("Envoy has no hostPort")
 	}
-	if shape.hostPorts {
+	if shape.hostPorts && shape.readyHostPort {
 		// The one port added: the load balancer outside health-checks each node's Envoy readiness, which Contour
 		// serves on the `metrics` port (8002, the stats listener's /ready, what its readinessProbe calls). Contour
 		// gives that port no hostPort (kubelet's probe reaches the pod's own address); a load balancer in front of
