@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # make test: every tier before the e2e, in four lanes run side by side, so that the slow cold builds run beside the
 # tests that need none of them rather than before them:
-#   newest  Kubernetes' newest line and Helm (under nice: the tests come first), then its API-server tiers;
+#   newest  Kubernetes' newest line and Helm, then its API-server tiers: the critical path of a cold run;
 #   oldest  the oldest supported line (its build waits for the newest line's etcd and kubectl), then its tiers;
-#   pure    make vet unit fuzz: compiled and CPU-bound (under nice 5, the builds under nice 10: the real-Envoy tier,
-#           whose drains are timed by the second, has the CPU when it asks);
+#   pure    make vet unit fuzz: compiled and CPU-bound, under nice 5: it is done long before the builds and the
+#           API-server tiers, so it yields the CPU to them and to the real-Envoy tier, whose drains are timed;
 #   envoy   make integration: the real-Envoy, containerd and release tier, whose tests mostly wait on real drains.
 # A test that needs a Kubernetes binary or Helm that a lane is still building waits for it (internal/kubetest and
 # scripts/helm-binary.sh wait on the lock a build holds), so nothing is built twice and nothing is missed.
@@ -14,7 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 make envoy || exit 1
 mkdir -p bin/test
-build='nice -n 10 ./scripts/kube-binaries.sh >/dev/null && nice -n 10 ./scripts/helm-binary.sh >/dev/null'
+build='./scripts/kube-binaries.sh >/dev/null && ./scripts/helm-binary.sh >/dev/null'
 declare -A run=(
   [newest]="$build && make apiserver BUILDS= KUBE_LINES=newest"
   [oldest]="KUBE_LINE=oldest $build && make apiserver BUILDS= KUBE_LINES=oldest"
