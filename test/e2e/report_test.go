@@ -103,7 +103,7 @@ func writeRegistrySection(b *strings.Builder, c *Cluster, rows []row) {
 	b.WriteString("made (containerd trusts it through certs.d/hosts.toml), basic auth (htpasswd, bcrypt). Pushed: the release's image index\n")
 	fmt.Fprintf(b, "(linux/%s, internal/image as `make release` builds it) as `%s`, digest `%s`, with go-containerregistry\n", strings.Join(managerArches, ", linux/"), ManagerImage, c.ManagerDigest)
 	fmt.Fprintf(b, "(internal/image.Push); the chart, packaged at %s, with `helm push` to %s. Installed with `helm install %s %s/shutdown-manager\n", ChartVersion, ChartRepository, ChartRelease, ChartRepository)
-	fmt.Fprintf(b, "--version %s --ca-file … --set image.repository=%s --set imagePullSecrets[0].name=%s` after `helm registry login`.\n", ChartVersion, ManagerRepository, PullSecret)
+	fmt.Fprintf(b, "--version %s --ca-file … --set image.repository=%s --set clusterImage.repository=%s --set imagePullSecrets[0].name=%s` after `helm registry login`.\n", ChartVersion, ManagerRepository, ClusterRepository, PullSecret)
 	b.WriteString("Every namespace holds the pull Secret (`kubectl create secret docker-registry`) and its Envoy pods' ServiceAccount names it;\n")
 	b.WriteString("the injected containers pull with `imagePullPolicy: Always`. Nothing of ours is imported into containerd.\n\n")
 	fmt.Fprintf(b, "- the registry's log: %s\n", c.Registry.logSummary())
