@@ -504,6 +504,28 @@ func fn0(nodes []contourFleetNode) string {
 	return nodes[0].drain
 }
 
+// firstCells are the row's cells that only the first line of a scenario's nodes carries (name, requests, errors,
+// rollout), and its pass; empty for the other lines.
+func (r contourFleetRow) firstCells(name string, i int) (first [4]string, pass string) {
+	if i != 0 {
+		return first, ""
+	}
+	return [4]string{name, fmt.Sprintf("%d / %d", r.sent, r.failed), formatErrors(r.errors),
+		fmt.Sprintf("%s (%s)", r.rollout.Round(100*time.Millisecond), r.strategy)}, fmt.Sprint(r.pass)
+}
+
+// lbCell is when HAProxy marked the node down and up again, and how long it stayed down.
+func (n contourFleetNode) lbCell() string {
+	if !n.downOK {
+		return "not marked down"
+	}
+	cell := fmt.Sprintf("%s (%s) → ", n.down.Round(100*time.Millisecond), shortReason(n.downReason))
+	if !n.upOK {
+		return cell + "not up again"
+	}
+	return cell + fmt.Sprintf("%s (%s)", n.up.Round(100*time.Millisecond), (n.up-n.down).Round(100*time.Millisecond))
+}
+
 // writeContourFleetSection appends the contour-fleet scenarios' table to the fleet's report.
 func writeContourFleetSection(b *strings.Builder, all []contourFleetRow) {
 	rows := slices.DeleteFunc(slices.Clone(all), func(r contourFleetRow) bool { return r.s.lb })
@@ -532,22 +554,8 @@ func writeContourFleetSection(b *strings.Builder, all []contourFleetRow) {
 			continue
 		}
 		for i, n := range r.nodes {
-			first := [4]string{}
-			pass := ""
-			if i == 0 {
-				first = [4]string{name, fmt.Sprintf("%d / %d", r.sent, r.failed), formatErrors(r.errors),
-					fmt.Sprintf("%s (%s)", r.rollout.Round(100*time.Millisecond), r.strategy)}
-				pass = fmt.Sprint(r.pass)
-			}
-			lbCell := "not marked down"
-			if n.downOK {
-				lbCell = fmt.Sprintf("%s (%s) → ", n.down.Round(100*time.Millisecond), shortReason(n.downReason))
-				if n.upOK {
-					lbCell += fmt.Sprintf("%s (%s)", n.up.Round(100*time.Millisecond), (n.up - n.down).Round(100*time.Millisecond))
-				} else {
-					lbCell += "not up again"
-				}
-			}
+			first, pass := r.firstCells(name, i)
+			lbCell := n.lbCell()
 			drain := n.drain
 			if n.quiet != "–" {
 				drain += "; quiet: " + n.quiet

@@ -327,22 +327,8 @@ func writeContourLBSection(b *strings.Builder, rows []contourFleetRow) {
 			continue
 		}
 		for i, n := range r.nodes {
-			first := [4]string{}
-			pass := ""
-			if i == 0 {
-				first = [4]string{name, fmt.Sprintf("%d / %d", r.sent, r.failed), formatErrors(r.errors),
-					fmt.Sprintf("%s (%s)", r.rollout.Round(100*time.Millisecond), r.strategy)}
-				pass = fmt.Sprint(r.pass)
-			}
-			lbCell := "not marked down"
-			if n.downOK {
-				lbCell = fmt.Sprintf("%s (%s) → ", n.down.Round(100*time.Millisecond), shortReason(n.downReason))
-				if n.upOK {
-					lbCell += fmt.Sprintf("%s (%s)", n.up.Round(100*time.Millisecond), (n.up - n.down).Round(100*time.Millisecond))
-				} else {
-					lbCell += "not up again"
-				}
-			}
+			first, pass := r.firstCells(name, i)
+			lbCell := n.lbCell()
 			unready := "not seen"
 			if n.unreadyOK {
 				unready = n.unready.String()
