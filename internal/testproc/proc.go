@@ -12,7 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -30,7 +30,11 @@ type Proc struct {
 
 	exited chan struct{} // closed once Cmd.Wait has returned; err is set before
 	err    error
-	killed atomic.Bool
+
+	// killMu is held by kill from its check of exited until killed is set, and by Killed: a SIGKILL can end the
+	// process (and close exited) before kill records it, and a caller that saw Exited must not read false then.
+	killMu sync.Mutex
+	killed bool
 }
 
 // Start starts cmd in a process group of its own (see sysProcAttr), its nil Stdout and Stderr going to logPath
@@ -77,6 +81,8 @@ func Start(ctx context.Context, name string, cmd *exec.Cmd, logPath string) (*Pr
 
 // kill sends SIGKILL to the process group unless the process has exited, and records that it did.
 func (p *Proc) kill() {
+	p.killMu.Lock()
+	defer p.killMu.Unlock()
 	select {
 	case <-p.exited:
 		return
@@ -84,7 +90,7 @@ func (p *Proc) kill() {
 	}
 	// The leader is not reaped yet (Wait has not returned), so its PID still names this group.
 	if signalGroup(p.Cmd.Process.Pid, syscall.SIGKILL) == nil {
-		p.killed.Store(true)
+		p.killed = true
 	}
 }
 
@@ -144,7 +150,11 @@ func (p *Proc) Running() bool {
 
 // Killed reports whether Stop or the end of Start's context sent the process SIGKILL, as opposed to the
 // process exiting by itself or on a signal sent with Signal or Stop's SIGTERM.
-func (p *Proc) Killed() bool { return p.killed.Load() }
+func (p *Proc) Killed() bool {
+	p.killMu.Lock()
+	defer p.killMu.Unlock()
+	return p.killed
+}
 
 // Tail returns the last n lines of the log, or "" if there is no log or it cannot be read.
 func (p *Proc) Tail(n int) string {

@@ -69,7 +69,7 @@ func TestHeadDoesNotDrain(t *testing.T) {
 		if st := envoyState(t, e); st != "LIVE" {
 			t.Errorf("envoy %s after HEAD /shutdown, want LIVE", st)
 		}
-		a.waitStatus(t, time.Second, func(s status) bool { return s.State == "idle" })
+		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "idle" })
 	})
 }
 
