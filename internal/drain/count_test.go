@@ -294,7 +294,7 @@ func TestCountWatched(t *testing.T) {
 	}
 	// The quiet period sees a mixed listener's requests and not its probes: three probes (each a new
 	// connection and a request the filter answers) and two requests on one keep-alive connection.
-	q := newQuietWatch(time.Second, time.Unix(0, 0))
+	q := newQuietWatch(time.Second, false, time.Unix(0, 0))
 	q.observe(time.Unix(1, 0), c.Watched, c.Rising, c.Basis)
 	probes := with(snap, func(s *envoyadmin.Snapshot) {
 		s.ListenerTotals["listener.checked"] += 3

@@ -244,6 +244,15 @@ func TestQuietPeriodValidate(t *testing.T) {
 	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingQuietPeriod {
 		t.Errorf("Validate = %v, want a QuietPeriod error", err)
 	}
+	c.QuietPeriod, c.AdaptiveQuiet = time.Second, true
+	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingQuietPeriod {
+		t.Errorf("Validate = %v, want a QuietPeriod error: a fixed quiet period and the adaptive one", err)
+	}
+	c.QuietPeriod, c.MinDuration, c.Timeout = 0, 0, AdaptiveQuietMin
+	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingTimeout || !strings.Contains(err.Error(), "lower bound") {
+		t.Errorf("Validate = %v, want a Timeout error naming the adaptive quiet period's lower bound", err)
+	}
+	c = quietConfig()
 	c.QuietPeriod = c.Timeout
 	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingTimeout || !strings.Contains(err.Error(), "QuietPeriod") {
 		t.Errorf("Validate = %v, want a Timeout error naming QuietPeriod", err)
