@@ -33,30 +33,18 @@ func newConnections(ctx context.Context, t *testing.T, addr, path string, gap ti
 	return done
 }
 
-// How long a drain with the default floor (--min-drain-duration 5s) and quiet period (--quiet-period 3s)
-// takes on the real Envoy: with no traffic; with traffic that stops 1s after the drain starts (kube-proxy's
-// propagation); with traffic that stops at 8s (a load balancer still sending after the floor); with sparse
-// traffic (a request every 2.5s) until 9s; and with readiness probes every 200ms throughout (never traffic).
-// The figures are the measurement behind drain.DefaultQuietPeriod; each case checks them within a second.
-func TestQuietPeriodDefaults(t *testing.T) {
-	if drain.DefaultMinDuration != 5*time.Second || drain.DefaultQuietPeriod != 3*time.Second {
-		t.Fatalf("the defaults changed (%s, %s): measure again and update this test and DefaultQuietPeriod's comment",
-			drain.DefaultMinDuration, drain.DefaultQuietPeriod)
-	}
-	cases := []struct {
-		name      string
-		path      string // "" = no traffic
-		probes    bool
-		gap, stop time.Duration
-		want      time.Duration // the drain's duration, within a second after it
-	}{
-		{name: "no-traffic", want: 5 * time.Second},
-		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second, want: 5 * time.Second},
-		// The last request goes out just before 8s: released 3s after it.
-		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, want: 10500 * time.Millisecond},
-		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, want: 10500 * time.Millisecond},
-		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute, want: 5 * time.Second},
-	}
+// quietCase is a drain of the real Envoy with some traffic, and the range its duration must fall in.
+type quietCase struct {
+	name      string
+	path      string // "" = no traffic
+	probes    bool
+	gap, stop time.Duration
+	min, max  time.Duration // the drain's duration
+}
+
+// runQuietCases drains a real Envoy per case, on every Envoy line, with the drain flags given, the traffic
+// starting as the drain starts, and checks the drain's duration; it logs why the quiet phase ended.
+func runQuietCases(t *testing.T, flags []string, cases []quietCase) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +52,7 @@ func TestQuietPeriodDefaults(t *testing.T) {
 				e := startEnvoy(t, bin, readinessOptions)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				p := start(t, "drain", "--admin-address", e.AdminURL, "--log-level", "debug")
+				p := start(t, append([]string{"drain", "--admin-address", e.AdminURL, "--log-level", "debug"}, flags...)...)
 				p.waitLog(t, "drain started", 10*time.Second)
 				began := time.Now()
 				switch {
@@ -84,11 +72,59 @@ func TestQuietPeriodDefaults(t *testing.T) {
 					}
 				}
 				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, quiet.str("reason"))
-				if f.Duration < tc.want || f.Duration > tc.want+time.Second {
-					t.Errorf("drain took %s, want %s to %s", f.Duration, tc.want, tc.want+time.Second)
+				if f.Duration < tc.min || f.Duration > tc.max {
+					t.Errorf("drain took %s, want %s to %s", f.Duration, tc.min, tc.max)
 				}
 			})
 		}
+	})
+}
+
+// How long a drain with the default floor (--min-drain-duration 5s) and a fixed quiet period of 3s (what
+// the default was before the adaptive rule) takes on the real Envoy: with no traffic; with traffic that
+// stops 1s after the drain starts (kube-proxy's propagation); with traffic that stops at 8s (a load balancer
+// still sending after the floor); with sparse traffic (a request every 2.5s) until 9s, and every 5s until 21s
+// (released between two requests: the control of TestQuietPeriodDefaults' case); and with readiness
+// probes every 200ms throughout (never traffic). Each case checks its figure within a second.
+func TestQuietPeriodFixed(t *testing.T) {
+	if drain.DefaultMinDuration != 5*time.Second {
+		t.Fatalf("the default floor changed (%s): measure again and update this test", drain.DefaultMinDuration)
+	}
+	within := func(c quietCase, want time.Duration) quietCase { c.min, c.max = want, want+time.Second; return c }
+	runQuietCases(t, []string{"--quiet-period", "3s"}, []quietCase{
+		within(quietCase{name: "no-traffic"}, 5*time.Second),
+		within(quietCase{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second}, 5*time.Second),
+		// The last request goes out just before 8s: released 3s after it.
+		within(quietCase{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second}, 10500*time.Millisecond),
+		within(quietCase{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second}, 10500*time.Millisecond),
+		// The control of the defaults' sparse-5s-until-21s: released 3s after the request at 5s, in the gap
+		// before the one at 10s.
+		within(quietCase{name: "sparse-5s-until-21s", path: "/", gap: 5 * time.Second, stop: 21 * time.Second}, 8*time.Second),
+		within(quietCase{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute}, 5*time.Second),
+	})
+}
+
+// How long a drain with the defaults (the 5 s floor, the adaptive quiet period) takes on the real Envoy: no
+// traffic and traffic that stops at 1s (kube-proxy's propagation): the floor; traffic every 100 ms that stops
+// at 8s: about the lower bound (1 s) after the last request, where a fixed 3 s took 3 s; sparse traffic, a
+// request every 2.5 s until 9 s and every 5 s (0.2/s) until 21 s: held past the last request (never
+// released between two, where a fixed 3 s released in the first gap longer than 3 s, at 8 s), and released
+// at most the upper bound (10 s) after it; readiness probes every 200 ms throughout: the floor. The figures
+// are the measurement behind drain.AdaptiveQuietMin's comment.
+func TestQuietPeriodDefaults(t *testing.T) {
+	if drain.DefaultMinDuration != 5*time.Second || drain.AdaptiveQuietMin != time.Second || drain.AdaptiveQuietMax != 10*time.Second {
+		t.Fatalf("the defaults changed (%s, %s, %s): measure again and update this test and AdaptiveQuietMin's comment",
+			drain.DefaultMinDuration, drain.AdaptiveQuietMin, drain.AdaptiveQuietMax)
+	}
+	runQuietCases(t, nil, []quietCase{
+		{name: "no-traffic", min: 5 * time.Second, max: 6 * time.Second},
+		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second, min: 5 * time.Second, max: 6 * time.Second},
+		// The last request goes out just before 8s: released about 1s after it, before a fixed 3s would.
+		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, min: 8900 * time.Millisecond, max: 10 * time.Second},
+		// The last requests go out at about 7.5s and 20s: held past them, released at most 10s (and a poll) after.
+		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, min: 7500*time.Millisecond + 2*2500*time.Millisecond, max: 18500 * time.Millisecond},
+		{name: "sparse-5s-until-21s", path: "/", gap: 5 * time.Second, stop: 21 * time.Second, min: 20*time.Second + 2*5*time.Second, max: 31 * time.Second},
+		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute, min: 5 * time.Second, max: 6 * time.Second},
 	})
 }
 
