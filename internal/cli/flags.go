@@ -75,7 +75,7 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.delay, "drain-delay", drain.DefaultDelay, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
 	fs.DurationVar(&f.minDuration, "min-drain-duration", drain.DefaultMinDuration, "after failing health checks, keep accepting at least this long before releasing (the floor)")
 	f.quiet = quietFlag{auto: true}
-	fs.Var(&f.quiet, "quiet-period", "past --min-drain-duration, keep accepting until no new connection and no new request has arrived for this long (readiness listeners' probes apart), within --drain-timeout: auto reads the silence needed from the traffic seen since health checks failed (at least 1s, at most 10s); a `duration` is a fixed silence; 0 turns it off")
+	fs.Var(&f.quiet, "quiet-period", "past --min-drain-duration, keep accepting until no new connection and no new request has arrived for this long (readiness listeners' probes apart), within --drain-timeout: auto reads the silence needed from the traffic seen since health checks failed (at least 0.5s, at most 10s); a `duration` is a fixed silence; 0 turns it off")
 	fs.DurationVar(&f.timeout, "drain-timeout", drain.DefaultTimeout, "release at the latest this long after the trigger, whatever is still in flight")
 	fs.DurationVar(&f.interval, "check-interval", drain.DefaultInterval, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")

@@ -92,7 +92,7 @@ func TestAdaptiveQuietNoTraffic(t *testing.T) {
 		if r.Outcome != OutcomeDrained || took != DefaultMinDuration {
 			t.Errorf("released at %s (%s), want drained at the floor", took, r.Outcome)
 		}
-		if want := "no new connection or request for 5s after health checks failed (adaptive quiet period: 1s needed, the lower bound, no new traffic seen)"; quiet.Reason != want {
+		if want := "no new connection or request for 5s after health checks failed (adaptive quiet period: 500ms needed, the lower bound, no new traffic seen)"; quiet.Reason != want {
 			t.Errorf("quiet phase ended: %q, want %q", quiet.Reason, want)
 		}
 	})
@@ -120,7 +120,7 @@ func TestAdaptiveQuietDense(t *testing.T) {
 					t.Errorf("released at %s, want %s (the later of the floor and the last arrival plus the lower bound), plus at most the poll that sees it", took, want)
 				}
 				if tc.stop > DefaultMinDuration {
-					if !strings.HasPrefix(quiet.Reason, "50 arrivals/s until 8s after health checks failed, then 1s of silence") || !strings.Contains(quiet.Reason, "1s needed, the lower bound") {
+					if !strings.HasPrefix(quiet.Reason, "50 arrivals/s until 8s after health checks failed, then 500ms of silence") || !strings.Contains(quiet.Reason, "500ms needed, the lower bound") {
 						t.Errorf("quiet phase ended: %q, want the rate, the silence and the lower bound", quiet.Reason)
 					}
 				}
@@ -183,18 +183,35 @@ func TestAdaptiveQuietBursty(t *testing.T) {
 // its pause raises the silence needed after it stops again (twice the longest silence seen to end).
 func TestAdaptiveQuietStopThenResume(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := every(3*time.Millisecond, 20*time.Millisecond, 6*time.Second).then(every(6803*time.Millisecond, 20*time.Millisecond, 10*time.Second))
+		s := every(3*time.Millisecond, 20*time.Millisecond, 6*time.Second).then(every(6403*time.Millisecond, 20*time.Millisecond, 10*time.Second))
 		r, took, quiet := drainWith(t, adaptiveConfig(), s)
 		if r.Outcome != OutcomeDrained {
 			t.Fatalf("outcome %s, want drained", r.Outcome)
 		}
 		heldThrough(t, took, s)
-		// The pause, 5.983 s to 6.803 s (0.82 s), is seen by the polls as 0.825 s: 1.65 s needed.
-		if silence := took - s.last(); silence < 1600*time.Millisecond || silence > 1800*time.Millisecond {
-			t.Errorf("released %s after the last arrival, want twice the pause (0.8s) and a poll", silence)
+		// The pause, 5.983 s to 6.403 s (0.42 s), is seen by the polls as 0.425 s: 0.85 s needed.
+		if silence := took - s.last(); silence < 840*time.Millisecond || silence > 900*time.Millisecond {
+			t.Errorf("released %s after the last arrival, want twice the pause (0.42s) and a poll", silence)
 		}
-		if !strings.Contains(quiet.Reason, "2 × the longest silence that ended, 825ms") {
+		if !strings.Contains(quiet.Reason, "2 × the longest silence that ended, 425ms") {
 			t.Errorf("quiet phase ended: %q, want the pause to decide", quiet.Reason)
+		}
+	})
+}
+
+// A source sending 3/s shows a silence of 1.5 s now and then (arrivals at random: e^-4.5 of its gaps, about
+// once a minute); one first seen past the floor is not taken for the source having stopped: the rate seen
+// needs about 2.5 s. Once it has ended, the silence counts as the longest seen: twice it after the last.
+func TestAdaptiveQuietModerateGap(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := every(3*time.Millisecond, 333*time.Millisecond, 8*time.Second).then(every(9503*time.Millisecond, 333*time.Millisecond, 12*time.Second))
+		r, took, quiet := drainWith(t, adaptiveConfig(), s)
+		if r.Outcome != OutcomeDrained {
+			t.Fatalf("outcome %s, want drained", r.Outcome)
+		}
+		heldThrough(t, took, s)
+		if !strings.Contains(quiet.Reason, "2 × the longest silence that ended, 1.5") {
+			t.Errorf("quiet phase ended: %q, want the silence of 1.5s to decide once it has ended", quiet.Reason)
 		}
 	})
 }
@@ -261,8 +278,10 @@ func TestAdaptiveQuietNeeded(t *testing.T) {
 		{name: "none", want: AdaptiveQuietMin, why: "the lower bound, no new traffic seen"},
 		{name: "three", arrivals: 3, last: 4 * time.Second, want: AdaptiveQuietMax, why: "the upper bound: 3 arrivals, too few"},
 		{name: "dense", arrivals: 400, last: 8 * time.Second, longest: 100 * time.Millisecond, want: AdaptiveQuietMin, why: "the lower bound"},
-		// 3 × 8 s / (11 - 3) = 3 s
-		{name: "by-rate", arrivals: 11, last: 8 * time.Second, longest: time.Second, want: 3 * time.Second, why: "less than 5% of the time"},
+		// (11 - 3) / 8 s = 1/s: ln(600)/1 = 6.397 s
+		{name: "by-rate", arrivals: 11, last: 8 * time.Second, longest: time.Second, want: 6396929655 * time.Nanosecond, why: "in 30 s with a chance of 5% at most"},
+		// (27 - 3) / 8 s = 3/s: ln(1800)/3 = 2.498 s
+		{name: "3/s", arrivals: 27, last: 8 * time.Second, longest: 400 * time.Millisecond, want: 2498513981 * time.Nanosecond, why: "in 30 s with a chance of 5% at most"},
 		{name: "by-gap", arrivals: 100, last: 8 * time.Second, longest: 2 * time.Second, want: 4 * time.Second, why: "2 × the longest silence that ended, 2s"},
 		{name: "capped", arrivals: 100, last: 30 * time.Second, longest: 6 * time.Second, want: AdaptiveQuietMax, why: "the upper bound"},
 	} {

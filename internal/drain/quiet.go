@@ -13,41 +13,48 @@ import (
 // the floor, the drain releases once the silence since the last new connection or request is conclusive for
 // the traffic seen since health checks failed. The silence needed is the longest of
 //
-//   - AdaptiveQuietMin, 1 s: a dense source that stops (a pod receiving hundreds of requests a second, whose
-//     load balancer has moved) is released about a second after its last arrival, where a fixed 3 s cost
-//     2-3 s more than the physical limit (bench/results/SWEEP.md);
+//   - AdaptiveQuietMin, 0.5 s: a dense source that stops (a pod receiving hundreds of requests a second,
+//     whose load balancer has moved) is released about half a second after its last arrival, where a fixed
+//     3 s cost 2-3 s more than the physical limit (bench/results/SWEEP.md; the goal there is 1 s, which the
+//     poll that sees the silence and Envoy's exit must fit in too);
 //   - quietGapFactor (2) times the longest silence seen to end, between two polls that saw arrivals with at
 //     least one poll between that saw none (or from health checks failing to the first arrival): a source
 //     that was silent that long and still sent is not taken to have stopped after the same silence; this
 //     is what holds a bursty source;
-//   - the silence that a source still sending at the rate seen over the whole drain (the silence included)
-//     would show with a chance of about 5% (e^-3: quietRateFactor 3 divided by the rate): with n arrivals
-//     by the last one at t after health checks failed, 3t/(n-3); three arrivals or fewer cannot tell a
-//     stopped source from a sparse one and need AdaptiveQuietMax;
+//   - the silence that a source still sending at the rate seen, for another 30 s, would show with a chance
+//     of 5% at most (arrivals at random, a Poisson process of rate r: about r·30s·e^(-r·s) silences of s
+//     or more in 30 s; s = ln(600·r)/r). Not a bound per gap: a source sending 3/s shows a 1 s silence once
+//     in 20 gaps, several times a minute. The rate is taken low, (n-3)/t for n arrivals by the last one at t
+//     after health checks failed (a margin for few arrivals): three arrivals or fewer cannot tell a stopped
+//     source from a sparse one and need AdaptiveQuietMax;
 //
 // and never longer than AdaptiveQuietMax, 10 s: twice the gap of a source sending every 5 s (0.2/s), the
-// sparsest the rule holds between two arrivals without fail; a sparser one is held while the floor, or the
-// rate term, lasts. Arrivals are counted from the counters' rises (the larger of new connections and new
+// sparsest the rule holds between two arrivals without fail once one arrival has been seen (with the 5 s
+// floor, one every 5 s may show none inside it, at some phases: the first just before health checks
+// fail, the next just after the floor); a sparser one is held through the floor and up to 10 s after each
+// arrival seen. Arrivals are counted from the counters' rises (the larger of new connections and new
 // requests in a poll), at poll resolution (every 25 ms or so past the floor, every --check-interval
 // during it). The cost is where it belongs: traffic that stops after being sparse holds the pod up to
-// 10 s after its last arrival, a drain with no traffic is released at the floor, a busy pod about 1 s
-// after its traffic stops. The floor still protects what the rule cannot see: a source sending less than
+// 10 s after its last arrival, a drain with no traffic is released at the floor, a busy pod about half a
+// second after its traffic stops (about 1 s at 10/s, 2.5 s at 3/s, 6.4 s at 1/s, the upper bound below
+// about 0.6/s). The floor still protects what the rule cannot see: a source sending less than
 // once per floor, or that stops after a short burst inside it (it looks like traffic that has moved, as
 // kube-proxy's does about 1 s after termination begins).
 //
 // Measured on the real Envoy 1.36.2 to 1.40.0 with the 5 s floor (TestQuietPeriodDefaults, a new connection
-// per request): no traffic, and traffic every 100 ms until 1 s: released at 5.04-5.29 s; every 100 ms until
-// 8 s: 8.96-9.11 s (a fixed 3 s: 10.94-11.50 s); every 2.5 s until 9 s: 17.57-17.67 s, 10 s after the last;
-// every 5 s until 21 s: 30.06-30.14 s, never between two (a fixed 3 s: 8.05-8.13 s, between two, TestQuietPeriodFixed);
-// readiness probes every 200 ms: 5.05-5.10 s.
+// per request): no traffic, and traffic every 100 ms until 1 s: released at 5.08-5.55 s; every 100 ms until
+// 8 s: 8.91-9.07 s, 0.95-1.03 s after the last (a fixed 3 s: 10.94-11.50 s); every 2.5 s until 9 s:
+// 17.57-17.69 s, 10 s after the last; every 5 s from 1 s until 22 s: 31.12-31.27 s, never between two (a
+// fixed 3 s: 8.05-8.13 s, between two, TestQuietPeriodFixed); readiness probes every 200 ms: 5.08-5.44 s.
 //
 // A fixed quiet period (Config.QuietPeriod, --quiet-period=3s) turns the rule off and waits that silence
 // whatever the traffic, as before the rule existed; 0 (and no AdaptiveQuiet) turns the quiet period off.
 const (
-	AdaptiveQuietMin = time.Second
+	AdaptiveQuietMin = 500 * time.Millisecond
 	AdaptiveQuietMax = 10 * time.Second
 	quietGapFactor   = 2
-	quietRateFactor  = 3 // e^-3 ≈ 5%: the chance a source still sending at the rate seen is this silent
+	quietRateMargin  = 3   // arrivals taken off the count for the rate: few arrivals say little about it
+	quietHorizonOdds = 600 // 30 s (the horizon) / 5% (the chance): s = ln(600·r)/r
 )
 
 // quietWatch is one drain's view of new traffic, for the quiet period. It compares the counters of the
@@ -135,18 +142,21 @@ func (q *quietWatch) needed() (time.Duration, string) {
 	if q.arrivals == 0 {
 		return AdaptiveQuietMin, "the lower bound, no new traffic seen"
 	}
-	if q.arrivals <= quietRateFactor {
+	if q.arrivals <= quietRateMargin {
 		return AdaptiveQuietMax, fmt.Sprintf("the upper bound: %s, too few to tell a source that stopped from a sparse one",
 			plural(q.arrivals, "arrival"))
 	}
-	// The rate over the drain, silence s included, is n/(t+s); the chance a source still sending at that
-	// rate is silent for s is e^-(3s·n/(t+s)) ≤ e^-3 once s ≥ 3t/(n-3).
-	t := q.last.Sub(q.failed)
-	byRate := time.Duration(float64(t) * quietRateFactor / float64(q.arrivals-quietRateFactor))
+	// A source still sending at rate r for 30 s more shows about r·30s·e^(-r·s) silences of s or more:
+	// 5% at most once s ≥ ln(600·r)/r. r is taken low: (n-3)/t.
+	var byRate time.Duration
+	if t := q.last.Sub(q.failed).Seconds(); t > 0 {
+		r := float64(q.arrivals-quietRateMargin) / t
+		byRate = time.Duration(math.Log(max(quietHorizonOdds*r, 1)) / r * float64(time.Second))
+	}
 	byGap := quietGapFactor * q.longest
 	d, why := AdaptiveQuietMin, "the lower bound"
 	if byRate > d {
-		d, why = byRate, "what a source still sending at the rate seen shows less than 5% of the time"
+		d, why = byRate, "a silence a source still sending at the rate seen shows in 30 s with a chance of 5% at most"
 	}
 	if byGap > d {
 		d, why = byGap, fmt.Sprintf("%d × the longest silence that ended, %s", quietGapFactor, q.longest.Round(time.Millisecond))

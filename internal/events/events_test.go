@@ -112,7 +112,7 @@ func TestWatch(t *testing.T) {
 		{name: "drained", want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
 			wantNote: []string{"drained in 5s, 0 in flight left"}},
 		{name: "drained, adaptive quiet period", adaptive: true, want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
-			wantNote: []string{"drained in 5s, 0 in flight left; no new connection or request for 5s after health checks failed (adaptive quiet period: 1s needed, the lower bound"}},
+			wantNote: []string{"drained in 5s, 0 in flight left; no new connection or request for 5s after health checks failed (adaptive quiet period: 500ms needed, the lower bound"}},
 		{name: "drained, requests cut", cut: 3, want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
 			wantNote: []string{"drained in 5s, 0 in flight left; the client side cut 3 requests in flight (closing 3 connections under them) during the drain"}},
 		{name: "timed out, requests cut", inflight: 2, cut: 1, want: []string{ReasonDrainStarted, ReasonDrainTimedOut}, wantType: "Warning",

@@ -39,6 +39,7 @@ type quietCase struct {
 	path      string // "" = no traffic
 	probes    bool
 	gap, stop time.Duration
+	after     time.Duration // the traffic starts this long after the drain started; 0: at once
 	min, max  time.Duration // the drain's duration
 }
 
@@ -55,6 +56,12 @@ func runQuietCases(t *testing.T, flags []string, cases []quietCase) {
 				p := start(t, append([]string{"drain", "--admin-address", e.AdminURL, "--log-level", "debug"}, flags...)...)
 				p.waitLog(t, "drain started", 10*time.Second)
 				began := time.Now()
+				if tc.after > 0 {
+					select {
+					case <-time.After(tc.after):
+					case <-ctx.Done():
+					}
+				}
 				switch {
 				case tc.probes:
 					newConnections(ctx, t, e.ListenerAddrs[testbed.ReadinessListener], testbed.ReadinessPath, tc.gap, began.Add(tc.stop))
@@ -97,8 +104,8 @@ func TestQuietPeriodFixed(t *testing.T) {
 		// The last request goes out just before 8s: released 3s after it.
 		within(quietCase{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second}, 10500*time.Millisecond),
 		within(quietCase{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second}, 10500*time.Millisecond),
-		// The control of the defaults' sparse-5s-until-21s: released 3s after the request at 5s, in the gap
-		// before the one at 10s.
+		// The control of the defaults' sparse-5s-from-1s-until-22s: released 3s after the request at 5s, in the
+		// gap before the one at 10s.
 		within(quietCase{name: "sparse-5s-until-21s", path: "/", gap: 5 * time.Second, stop: 21 * time.Second}, 8*time.Second),
 		within(quietCase{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute}, 5*time.Second),
 	})
@@ -106,24 +113,27 @@ func TestQuietPeriodFixed(t *testing.T) {
 
 // How long a drain with the defaults (the 5 s floor, the adaptive quiet period) takes on the real Envoy: no
 // traffic and traffic that stops at 1s (kube-proxy's propagation): the floor; traffic every 100 ms that stops
-// at 8s: about the lower bound (1 s) after the last request, where a fixed 3 s took 3 s; sparse traffic, a
-// request every 2.5 s until 9 s and every 5 s (0.2/s) until 21 s: held past the last request (never
+// at 8s: about a second after the last request (what 10/s needs), where a fixed 3 s took 3 s; sparse traffic, a
+// request every 2.5 s until 9 s and every 5 s (0.2/s) from 1 s until 22 s: held past the last request (never
 // released between two, where a fixed 3 s released in the first gap longer than 3 s, at 8 s), and released
 // at most the upper bound (10 s) after it; readiness probes every 200 ms throughout: the floor. The figures
 // are the measurement behind drain.AdaptiveQuietMin's comment.
 func TestQuietPeriodDefaults(t *testing.T) {
-	if drain.DefaultMinDuration != 5*time.Second || drain.AdaptiveQuietMin != time.Second || drain.AdaptiveQuietMax != 10*time.Second {
+	if drain.DefaultMinDuration != 5*time.Second || drain.AdaptiveQuietMin != 500*time.Millisecond || drain.AdaptiveQuietMax != 10*time.Second {
 		t.Fatalf("the defaults changed (%s, %s, %s): measure again and update this test and AdaptiveQuietMin's comment",
 			drain.DefaultMinDuration, drain.AdaptiveQuietMin, drain.AdaptiveQuietMax)
 	}
 	runQuietCases(t, nil, []quietCase{
 		{name: "no-traffic", min: 5 * time.Second, max: 6 * time.Second},
 		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second, min: 5 * time.Second, max: 6 * time.Second},
-		// The last request goes out just before 8s: released about 1s after it, before a fixed 3s would.
-		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, min: 8900 * time.Millisecond, max: 10 * time.Second},
-		// The last requests go out at about 7.5s and 20s: held past them, released at most 10s (and a poll) after.
+		// The last request goes out just before 8s: released at least the lower bound (0.5s) and about a second
+		// after it (10/s needs 0.9s), before a fixed 3s would.
+		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, min: 8500 * time.Millisecond, max: 10 * time.Second},
+		// The last requests go out at about 7.5s and 21s: held past them, released at most 10s (and a poll) after.
 		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, min: 7500*time.Millisecond + 2*2500*time.Millisecond, max: 18500 * time.Millisecond},
-		{name: "sparse-5s-until-21s", path: "/", gap: 5 * time.Second, stop: 21 * time.Second, min: 20*time.Second + 2*5*time.Second, max: 31 * time.Second},
+		// From 1s, so that one request comes inside the 5s floor whatever the phase (one every 5s from 0 may
+		// show none there: the first in the drain's baseline, the next just after the floor, as measured once).
+		{name: "sparse-5s-from-1s-until-22s", path: "/", after: time.Second, gap: 5 * time.Second, stop: 22 * time.Second, min: 31 * time.Second, max: 32500 * time.Millisecond},
 		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute, min: 5 * time.Second, max: 6 * time.Second},
 	})
 }
