@@ -30,6 +30,8 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"completion", "tcsh"}, "bash, zsh, fish"},
 		{[]string{"drain", "--drain-delay", "2562047h", "--min-drain-duration", "2562047h", "--drain-timeout", "2562047h"}, "--drain-timeout"},
 		{[]string{"drain", "--envoy-gone-after", "0s"}, "--envoy-gone-after"},
+		{[]string{"drain", "--quiet-period", "fast"}, "want auto or a duration"},
+		{[]string{"drain", "--quiet-period", "-1s"}, "--quiet-period"},
 		{[]string{"drain", "--log-output", ""}, "--log-output"},
 		{[]string{"status", "--drain-timeout", "5s"}, "drain-timeout"}, // status takes only what changes the count
 		{[]string{"drain", "extra"}, "unexpected argument"},
@@ -179,6 +181,35 @@ func TestRunConfig(t *testing.T) {
 				t.Errorf("drain timeout = %s, want %s", got, tt.timeout)
 			}
 		})
+	}
+}
+
+// --quiet-period: auto (the default) turns the adaptive rule on; a duration is a fixed silence, 0 none.
+func TestQuietPeriodFlag(t *testing.T) {
+	tests := []struct {
+		args     []string
+		adaptive bool
+		fixed    string
+	}{
+		{nil, true, "0s"},
+		{[]string{"--quiet-period", "auto"}, true, "0s"},
+		{[]string{"--quiet-period", "3s"}, false, "3s"},
+		{[]string{"--quiet-period=0"}, false, "0s"},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+		var f drainFlags
+		f.register(fs)
+		if err := parse(fs, append([]string{"--admin-address", "http://127.0.0.1:9901"}, tt.args...), io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.config()
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if d := cfg.Drain; d.AdaptiveQuiet != tt.adaptive || d.QuietPeriod.String() != tt.fixed {
+			t.Errorf("%v: adaptive %v, quiet period %s; want %v, %s", tt.args, d.AdaptiveQuiet, d.QuietPeriod, tt.adaptive, tt.fixed)
+		}
 	}
 }
 

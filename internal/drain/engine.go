@@ -2,8 +2,8 @@
 //
 // The order: wait Delay (keep serving), fail Envoy's health checks (and optionally start its graceful
 // listener drain), keep accepting for MinDuration (the floor) and until no new traffic has arrived for
-// QuietPeriod (or, with AdaptiveQuiet, for as long as the traffic seen needs), then poll the work in flight every Interval until it is
-// at or below Threshold — or until Timeout since the start, or until Envoy is gone. Every outcome releases
+// QuietPeriod (or, with AdaptiveQuiet, for as long as the traffic seen needs), then poll the work in
+// flight every Interval until it is at or below Threshold — or until Timeout since the start, or until Envoy is gone. Every outcome releases
 // the waiters; none of them leaves a caller blocked past Timeout.
 //
 // Front ends (the HTTP API, the one-shot command, the agent) call Trigger and wait on the Drain's Done.
