@@ -44,7 +44,7 @@ import (
 // Measured on the real Envoy 1.36.2 to 1.40.0 with the 5 s floor (TestQuietPeriodDefaults, a new connection
 // per request): no traffic, and traffic every 100 ms until 1 s: released at 5.08-5.55 s; every 100 ms until
 // 8 s: 8.91-9.07 s, 0.95-1.03 s after the last (a fixed 3 s: 10.94-11.50 s); every 2.5 s until 9 s:
-// 17.57-17.69 s, 10 s after the last; every 5 s from 1 s until 22 s: 31.12-31.27 s, never between two (a
+// 17.57-17.74 s, 10 s after the last; every 5 s from 1 s until 22 s: 31.11-31.34 s, never between two (a
 // fixed 3 s: 8.05-8.13 s, between two, TestQuietPeriodFixed); readiness probes every 200 ms: 5.08-5.44 s.
 //
 // A fixed quiet period (Config.QuietPeriod, --quiet-period=3s) turns the rule off and waits that silence
