@@ -77,8 +77,10 @@ func sweepPolicies(c *config) []sweepPolicy {
 		return sweepPolicy{p: p, tune: tuning{managerArgs: args}}
 	}
 	out = append(out,
-		ours("ours", "ours, defaults (floor 5 s, quiet 3 s)",
-			"shutdown-manager serve with its defaults: --min-drain-duration=5s --quiet-period=3s; preStop GET /shutdown, then SIGTERM."),
+		ours("ours", "ours, defaults (floor 5 s, quiet auto)",
+			"shutdown-manager serve with its defaults: --min-drain-duration=5s --quiet-period=auto (the silence read from the traffic, 0.5-10 s); preStop GET /shutdown, then SIGTERM."),
+		ours("ours-fixed3", "ours, floor 5 s, fixed quiet 3 s",
+			"shutdown-manager serve --quiet-period=3s: the defaults before the adaptive quiet period.", "--quiet-period=3s"),
 		ours("ours-low", "ours, floor 1 s, quiet 1 s",
 			"shutdown-manager serve --min-drain-duration=1s --quiet-period=1s.", "--min-drain-duration=1s", "--quiet-period=1s"),
 		ours("ours-noquiet", "ours, quiet period off (floor 5 s)",

@@ -265,7 +265,7 @@ func record(c recordConfig) error {
 	}
 	host, _ := os.Hostname()
 	run := fmt.Sprintf("recorded %s on %s (%s/%s, %d CPUs) by: go run ./demo/timeline record -manager %s -propagation %s -long %s -grace %s\n"+
-		"Envoy %s (%s); hook: shutdown-manager drain --drain-timeout %s (defaults otherwise: --min-drain-duration 5s, --quiet-period 3s)\n"+
+		"Envoy %s (%s); hook: shutdown-manager drain --drain-timeout %s (defaults otherwise: --min-drain-duration 5s, --quiet-period auto)\n"+
 		"load: 8 HTTP/1.1 keep-alive clients, 4 HTTP/2 streams, 6 clients of %s requests, 20 idle keep-alive connections\n"+
 		"requests sent %d, failed %d; idle connections closed by Envoy's exit %d of 20\n",
 		time.Now().UTC().Format(time.RFC3339), host, runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), c.manager, c.propagation, c.long, c.grace,

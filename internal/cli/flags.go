@@ -61,7 +61,7 @@ type drainFlags struct {
 	countFlags
 	delay       time.Duration
 	minDuration time.Duration
-	quiet       time.Duration
+	quiet       quietFlag
 	timeout     time.Duration
 	interval    time.Duration
 	threshold   int64
@@ -74,7 +74,8 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 	f.countFlags.register(fs)
 	fs.DurationVar(&f.delay, "drain-delay", drain.DefaultDelay, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
 	fs.DurationVar(&f.minDuration, "min-drain-duration", drain.DefaultMinDuration, "after failing health checks, keep accepting at least this long before releasing (the floor)")
-	fs.DurationVar(&f.quiet, "quiet-period", drain.DefaultQuietPeriod, "past --min-drain-duration, keep accepting until no new connection and no new request has arrived for this long (readiness listeners' probes apart), within --drain-timeout; 0 turns it off")
+	f.quiet = quietFlag{auto: true}
+	fs.Var(&f.quiet, "quiet-period", "past --min-drain-duration, keep accepting until no new connection and no new request has arrived for this long (readiness listeners' probes apart), within --drain-timeout: auto reads the silence needed from the traffic seen since health checks failed (at least 0.5s, at most 10s); a `duration` is a fixed silence; 0 turns it off")
 	fs.DurationVar(&f.timeout, "drain-timeout", drain.DefaultTimeout, "release at the latest this long after the trigger, whatever is still in flight")
 	fs.DurationVar(&f.interval, "check-interval", drain.DefaultInterval, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
 	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
@@ -99,7 +100,8 @@ func (f *drainFlags) config() (agent.EngineConfig, error) {
 	cfg := drain.Config{
 		Delay:         f.delay,
 		MinDuration:   f.minDuration,
-		QuietPeriod:   f.quiet,
+		QuietPeriod:   f.quiet.d,
+		AdaptiveQuiet: f.quiet.auto,
 		Timeout:       f.timeout,
 		Interval:      f.interval,
 		Threshold:     f.threshold,
@@ -143,6 +145,37 @@ func flagError(err error) error {
 		return Usagef("%s", ce.Text(flagName))
 	}
 	return usageError{err}
+}
+
+// quietFlag is --quiet-period: auto (the adaptive rule, the default) or a duration (a fixed silence; 0: off).
+type quietFlag struct {
+	d    time.Duration
+	auto bool
+}
+
+func (q *quietFlag) String() string {
+	if q.auto {
+		return "auto"
+	}
+	return q.d.String()
+}
+
+func (q *quietFlag) Set(s string) error {
+	if s == "auto" {
+		*q = quietFlag{auto: true}
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return errors.New("want auto or a duration")
+	}
+	*q = quietFlag{d: d}
+	return nil
+}
+
+// least is the shortest quiet period the drain may wait (drain.Config.LeastQuiet).
+func (q quietFlag) least() time.Duration {
+	return drain.Config{QuietPeriod: q.d, AdaptiveQuiet: q.auto}.LeastQuiet()
 }
 
 // IsFlagSet reports whether the command line set the flag name (as opposed to its default).

@@ -99,6 +99,35 @@ func TestRunConfig(t *testing.T) {
 	}
 }
 
+// --quiet-period: auto (the default) turns the adaptive rule on; a duration is a fixed silence, 0 none.
+func TestQuietPeriodFlag(t *testing.T) {
+	tests := []struct {
+		args     []string
+		adaptive bool
+		fixed    string
+	}{
+		{nil, true, "0s"},
+		{[]string{"--quiet-period", "auto"}, true, "0s"},
+		{[]string{"--quiet-period", "3s"}, false, "3s"},
+		{[]string{"--quiet-period=0"}, false, "0s"},
+	}
+	for _, tt := range tests {
+		fs := flag.NewFlagSet("drain", flag.ContinueOnError)
+		var f drainFlags
+		f.register(fs)
+		if err := Parse(fs, append([]string{"--admin-address", "http://127.0.0.1:9901"}, tt.args...), io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := f.config()
+		if err != nil {
+			t.Fatalf("%v: %v", tt.args, err)
+		}
+		if d := cfg.Drain; d.AdaptiveQuiet != tt.adaptive || d.QuietPeriod.String() != tt.fixed {
+			t.Errorf("%v: adaptive %v, quiet period %s; want %v, %s", tt.args, d.AdaptiveQuiet, d.QuietPeriod, tt.adaptive, tt.fixed)
+		}
+	}
+}
+
 func TestRunNeedsEnvoyCommand(t *testing.T) {
 	for _, args := range [][]string{{"run"}, {"run", "--"}, {"run", "--", "/no/such/envoy"}} {
 		var stdout, stderr bytes.Buffer

@@ -85,7 +85,7 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (agent.RunConfig
 		if f.timeout <= drain.AddDurations(f.delay, f.minDuration) {
 			return agent.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
 		}
-		if f.timeout <= drain.AddDurations(f.delay, f.quiet) {
+		if f.timeout <= drain.AddDurations(f.delay, f.quiet.least()) {
 			return agent.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, f.timeout)
 		}
 	}

@@ -54,10 +54,15 @@ type Counts struct {
 	Basis     string       // BasisListenerConfig, or "fallback: <why>"
 	Kinds     Kinds        // the counted groups' work in flight by kind, whatever the mode
 	// Watched are the counters that show new traffic, by raw scope, of the counted groups that are not
-	// readiness endpoints only (Group.HealthChecks): downstream_cx_total of their listeners, unless the group
-	// answers health checks beside its traffic (Group.MixedHealthChecks: a probe's connection cannot be told
-	// from a client's), and downstream_rq_total of their HTTP managers, less health_check.request_total (the
-	// probes) on a manager that runs the health_check filter. Nil without the listener configuration: it
+	// readiness endpoints only (Group.HealthChecks): downstream_rq_total of their HTTP managers, less
+	// health_check.request_total (the probes) on a manager that runs the health_check filter; and
+	// downstream_cx_total of their listeners that may carry connections no HTTP manager serves (a filter chain
+	// that ends in TCP proxy or another network filter, or a listener the configuration read does not know),
+	// unless the group answers health checks beside its traffic (Group.MixedHealthChecks: a probe's connection
+	// cannot be told from a client's). On a listener whose every filter chain is an HTTP manager, a new
+	// connection is not traffic until it carries a request: a load balancer's TCP health check on the traffic
+	// port (AWS NLB's default, every 10 s from each of its nodes; HAProxy's plain check; Azure's TCP probe)
+	// opens and closes connections that never do, and would hold the quiet period forever. Nil without the listener configuration: it
 	// alone tells a readiness listener's probes from traffic. Envoy counts a probe in both counters within
 	// one callback on a worker, and one /stats answer reads them one after the other: on a mixed manager the
 	// requests still in flight are left out (a probe between its two counts is in flight), and Rising keeps
@@ -272,7 +277,7 @@ func Count(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, mode Mode, sel S
 					} else if n.manager {
 						h := snap.HTTP[raw]
 						c.Watched[raw] = max(0, h.RequestsTotal-h.HealthChecksTotal)
-					} else if v, ok := snap.ListenerTotals[raw]; ok && !grp.MixedHealthChecks {
+					} else if v, ok := snap.ListenerTotals[raw]; ok && !grp.MixedHealthChecks && (n.nonHTTP || !n.configured) {
 						c.Watched[raw] = v
 					}
 				}
@@ -324,6 +329,7 @@ type node struct {
 	upgraded   int64
 	health     bool // an HTTP manager that is a readiness endpoint (envoyadmin.Listener.HealthCheck)
 	mixed      bool // an HTTP manager that answers health checks and serves traffic (envoyadmin.Listener.MixedHealthCheck)
+	nonHTTP    bool // a configured listener with a filter chain no HTTP manager serves (envoyadmin.Listener.NonHTTP), or none
 	builtin    bool // the admin's, or an internal listener
 	configured bool // in the topology
 	parent     *node
@@ -350,6 +356,7 @@ func newGrouping(snap envoyadmin.Snapshot, topo *envoyadmin.Topology, sel Select
 			ln := g.node(l.Scope, false)
 			ln.configured = true
 			ln.builtin = ln.builtin || l.Internal
+			ln.nonHTTP = ln.nonHTTP || l.NonHTTP || len(l.HTTP) == 0
 			for _, h := range l.HTTP {
 				if envoyadmin.CanonicalScope(h) == adminManager {
 					continue

@@ -231,29 +231,43 @@ func TestCountGroups(t *testing.T) {
 	}
 }
 
-// The counters the quiet period watches: every counted group's listeners' new connections and managers'
-// new requests; nothing of a readiness endpoint only; of a group whose manager answers health checks beside
-// its traffic, its managers' requests less their health checks, and no connection (a probe's connection is
-// not told from a client's).
+// The counters the quiet period watches: every counted group's managers' new requests, and the new
+// connections of its listeners that have a filter chain no HTTP manager serves (a TCP proxy's, or one beside
+// HTTP chains), not of a listener that only has HTTP managers (a TCP health check on it is no traffic);
+// nothing of a readiness endpoint only; of a group whose manager answers health checks beside its traffic,
+// its managers' requests less their health checks, and no connection (a probe's connection is not told from
+// a client's).
 func TestCountWatched(t *testing.T) {
 	snap := envoyadmin.Snapshot{
-		Listeners:      map[string]int64{"listener.app": 1, "listener.ready": 0, "listener.checked": 2, "listener.both": 0},
-		ListenerTotals: map[string]int64{"listener.app": 10, "listener.ready": 40, "listener.checked": 50, "listener.both": 60},
+		Listeners: map[string]int64{"listener.app": 1, "listener.ready": 0, "listener.checked": 2, "listener.both": 0,
+			"listener.tcp": 1, "listener.chains": 1},
+		ListenerTotals: map[string]int64{"listener.app": 10, "listener.ready": 40, "listener.checked": 50, "listener.both": 60,
+			"listener.tcp": 20, "listener.chains": 30},
 		HTTP: map[string]envoyadmin.HTTPGauges{
 			"http.app":     {Connections: 1, RequestsTotal: 11},
 			"http.ready":   {RequestsTotal: 40, HealthChecksTotal: 38},
 			"http.checked": {Connections: 2, RequestsTotal: 70, HealthChecksTotal: 45},
 			"http.probe":   {RequestsTotal: 30, HealthChecksTotal: 30},
 			"http.web":     {RequestsTotal: 9, HealthChecksTotal: 2},
+			"http.chains":  {RequestsTotal: 5},
 		},
 	}
 	topo := &envoyadmin.Topology{Listeners: []envoyadmin.Listener{
+		{Scope: "listener.tcp", NonHTTP: true},
+		{Scope: "listener.chains", HTTP: []string{"http.chains"}, NonHTTP: true},
 		{Scope: "listener.app", HTTP: []string{"http.app"}},
 		{Scope: "listener.ready", HTTP: []string{"http.ready"}, HealthCheck: []string{"http.ready"}},
 		{Scope: "listener.checked", HTTP: []string{"http.checked"}, MixedHealthCheck: []string{"http.checked"}},
 		// A readiness manager and a mixed one on one listener: the group is a readiness endpoint.
 		{Scope: "listener.both", HTTP: []string{"http.probe", "http.web"}, HealthCheck: []string{"http.probe"}, MixedHealthCheck: []string{"http.web"}},
 	}}
+	// watched is what every case watches (app's requests; the TCP listener's and the listener with a TCP chain
+	// beside its HTTP one's connections, and that one's requests), and more.
+	watched := func(more map[string]int64) map[string]int64 {
+		w := map[string]int64{"http.app": 11, "listener.tcp": 20, "listener.chains": 30, "http.chains": 5}
+		maps.Copy(w, more)
+		return w
+	}
 	tests := []struct {
 		name string
 		snap envoyadmin.Snapshot
@@ -261,21 +275,23 @@ func TestCountWatched(t *testing.T) {
 		sel  Selector
 		want map[string]int64
 	}{
-		{"each kind of group", snap, topo, Selector{}, map[string]int64{
-			"listener.app": 10, "http.app": 11,
+		{"each kind of group", snap, topo, Selector{}, watched(map[string]int64{
 			"http.checked": 70 - 45, // no listener.checked: its probes open connections too
-		}},
+		})},
 		{"health checks above the requests (never in Envoy) count as none", with(snap, func(s *envoyadmin.Snapshot) {
 			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{RequestsTotal: 3, HealthChecksTotal: 5}
-		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": 0}},
+		}), topo, Selector{}, watched(map[string]int64{"http.checked": 0})},
 		{"a probe answered but in flight dips below zero, so a request ending meanwhile still shows", with(snap, func(s *envoyadmin.Snapshot) {
 			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{Requests: 1, RequestsTotal: 5 + 1, HealthChecksTotal: 5}
-		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": 0}},
+		}), topo, Selector{}, watched(map[string]int64{"http.checked": 0})},
 		{"a probe answered but in flight dips below zero", with(snap, func(s *envoyadmin.Snapshot) {
 			s.HTTP["http.checked"] = envoyadmin.HTTPGauges{Requests: 1, RequestsTotal: 5, HealthChecksTotal: 5}
-		}), topo, Selector{}, map[string]int64{"listener.app": 10, "http.app": 11, "http.checked": -1}},
+		}), topo, Selector{}, watched(map[string]int64{"http.checked": -1})},
 		{"an excluded group is not watched", snap, topo, Selector{Exclude: []*regexp.Regexp{regexp.MustCompile(`checked`)}},
-			map[string]int64{"listener.app": 10, "http.app": 11}},
+			watched(nil)},
+		{"a listener the configuration does not know is watched", with(snap, func(s *envoyadmin.Snapshot) {
+			s.Listeners["listener.new"], s.ListenerTotals["listener.new"] = 0, 7
+		}), topo, Selector{}, watched(map[string]int64{"http.checked": 25, "listener.new": 7})},
 		{"without the configuration nothing is", snap, nil, Selector{}, nil},
 	}
 	for _, tt := range tests {
@@ -294,7 +310,7 @@ func TestCountWatched(t *testing.T) {
 	}
 	// The quiet period sees a mixed listener's requests and not its probes: three probes (each a new
 	// connection and a request the filter answers) and two requests on one keep-alive connection.
-	q := newQuietWatch(time.Second, time.Unix(0, 0))
+	q := newQuietWatch(time.Second, false, time.Unix(0, 0))
 	q.observe(time.Unix(1, 0), c.Watched, c.Rising, c.Basis)
 	probes := with(snap, func(s *envoyadmin.Snapshot) {
 		s.ListenerTotals["listener.checked"] += 3
@@ -324,8 +340,9 @@ func TestCountWatched(t *testing.T) {
 
 // The testbed's Envoy with a readiness listener and a listener whose manager runs the health_check filter beside
 // a route to the application (TestParseHealthCheckedFixtures), captured on both releases: the quiet period
-// watches that manager's 4 requests that were not health checks, not its listener's connections, and nothing
-// of the readiness listener.
+// watches that manager's 4 requests that were not health checks, not its listener's connections, nothing of
+// the readiness listener, the HTTP listener's requests (not its connections) and the TCP listener's
+// connections.
 func TestCountHealthCheckedFixture(t *testing.T) {
 	for _, v := range []string{"1.36.2", "1.40.0"} {
 		t.Run(v, func(t *testing.T) {
@@ -338,10 +355,7 @@ func TestCountHealthCheckedFixture(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := Count(snap, &topo, ModeInflight, Selector{})
-			want := map[string]int64{
-				"listener.ingress_http": snap.ListenerTotals["listener.ingress_http"], "http.ingress_http": 0,
-				"listener.ingress_tcp": 0, "http.checked": 4,
-			}
+			want := map[string]int64{"http.ingress_http": 0, "listener.ingress_tcp": 0, "http.checked": 4}
 			if !reflect.DeepEqual(c.Watched, want) {
 				t.Errorf("Watched = %v, want %v", c.Watched, want)
 			}

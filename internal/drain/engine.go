@@ -2,8 +2,8 @@
 //
 // The order: wait Delay (keep serving), fail Envoy's health checks (and optionally start its graceful
 // listener drain), keep accepting for MinDuration (the floor) and until no new traffic has arrived for
-// QuietPeriod, then poll the work in flight every Interval until it is
-// at or below Threshold — or until Timeout since the start, or until Envoy is gone. Every outcome releases
+// QuietPeriod (or, with AdaptiveQuiet, for as long as the traffic seen needs), then poll the work in
+// flight every Interval until it is at or below Threshold — or until Timeout since the start, or until Envoy is gone. Every outcome releases
 // the waiters; none of them leaves a caller blocked past Timeout.
 //
 // Front ends (the HTTP API, the one-shot command, the agent) call Trigger and wait on the Drain's Done.
@@ -54,7 +54,7 @@ func ParseListenerDrain(s string) (ListenerDrain, error) {
 // The defaults of a drain's policy: the command line's, and the numbers inject sizes grace periods with.
 const (
 	DefaultDelay       = 0 * time.Second
-	DefaultMinDuration = 5 * time.Second // the floor; see DefaultQuietPeriod for why it stays 5 s
+	DefaultMinDuration = 5 * time.Second // the floor; see AdaptiveQuietMin for what it still protects
 	DefaultTimeout     = 60 * time.Second
 	DefaultInterval    = 250 * time.Millisecond
 )
@@ -65,7 +65,10 @@ type Config struct {
 	MinDuration time.Duration // after failing health checks, never release sooner than this (the floor)
 	// QuietPeriod: past the floor, hold until no new connection and no new request has arrived on the
 	// counted listeners (readiness listeners apart) for this long, within Timeout. 0 turns it off.
-	QuietPeriod   time.Duration
+	QuietPeriod time.Duration
+	// AdaptiveQuiet: past the floor, hold until the silence is conclusive for the traffic seen (between
+	// AdaptiveQuietMin and AdaptiveQuietMax, see there), within Timeout. QuietPeriod must then be 0.
+	AdaptiveQuiet bool
 	Timeout       time.Duration // release at the latest this long after the trigger
 	Interval      time.Duration // between two polls of Envoy's stats
 	Threshold     int64         // release when the count is at or below this
@@ -79,6 +82,15 @@ type Config struct {
 	// Witness says whether Envoy is gone when its admin address refuses from the start (see evidence.go);
 	// nil: nothing can tell, and a refusing address holds the drain to its deadline.
 	Witness Witness
+}
+
+// LeastQuiet is the shortest quiet period the drain may wait: QuietPeriod, or AdaptiveQuietMin with
+// AdaptiveQuiet (what a drain with no new traffic waits after health checks failed, the floor apart).
+func (c Config) LeastQuiet() time.Duration {
+	if c.AdaptiveQuiet {
+		return AdaptiveQuietMin
+	}
+	return c.QuietPeriod
 }
 
 // Validate reports the first invalid field as a *ConfigError.
@@ -98,11 +110,17 @@ func (c Config) Validate() error {
 		return invalid(SettingThreshold, "must not be negative")
 	case c.GoneAfter < 0:
 		return invalid(SettingGoneAfter, "must not be negative")
-	case c.QuietPeriod > c.MinDuration && AddDurations(c.Delay, c.QuietPeriod) >= c.Timeout:
-		floor := AddDurations(c.Delay, c.QuietPeriod)
+	case c.AdaptiveQuiet && c.QuietPeriod != 0:
+		return invalid(SettingQuietPeriod, "must be 0 with the adaptive quiet period")
+	case c.LeastQuiet() > c.MinDuration && AddDurations(c.Delay, c.LeastQuiet()) >= c.Timeout:
+		floor := AddDurations(c.Delay, c.LeastQuiet())
 		return &ConfigError{Setting: SettingTimeout, text: func(n Names) string {
+			what := n.of(SettingQuietPeriod)
+			if c.AdaptiveQuiet {
+				what = "the adaptive " + what + "'s lower bound"
+			}
 			return fmt.Sprintf("%s (%s) must be longer than %s plus %s (%s)",
-				n.of(SettingTimeout), c.Timeout, n.of(SettingDelay), n.of(SettingQuietPeriod), floor)
+				n.of(SettingTimeout), c.Timeout, n.of(SettingDelay), what, floor)
 		}}
 	case AddDurations(c.Delay, c.MinDuration) >= c.Timeout:
 		floor := AddDurations(c.Delay, c.MinDuration)

@@ -110,8 +110,10 @@ func TestQuietPeriodHoldsWhileTrafficArrives(t *testing.T) {
 			t.Errorf("released after %s, want the last arrival (4.5s) plus the quiet period (2s) plus at most a poll", got)
 		}
 		q := r.Phases[3]
-		if q.Phase != PhaseQuiet || !strings.HasPrefix(q.Reason, "no new connection or request for 2s, 6.5") ||
-			!strings.Contains(q.Reason, "9 new connections and 9 new requests since they failed") {
+		// The fake's listeners are HTTP managers only: their new connections are not traffic until they carry
+		// a request (Counts.Watched), so only the requests show.
+		if q.Phase != PhaseQuiet || !strings.HasPrefix(q.Reason, "no new request for 2s, 6.5") ||
+			!strings.Contains(q.Reason, "0 new connections and 9 new requests since they failed") {
 			t.Errorf("quiet phase ended: %+v", q)
 		}
 		if got := testutil.ToFloat64(e.metrics.newTrafficRq); got != 9 {
@@ -244,6 +246,15 @@ func TestQuietPeriodValidate(t *testing.T) {
 	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingQuietPeriod {
 		t.Errorf("Validate = %v, want a QuietPeriod error", err)
 	}
+	c.QuietPeriod, c.AdaptiveQuiet = time.Second, true
+	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingQuietPeriod {
+		t.Errorf("Validate = %v, want a QuietPeriod error: a fixed quiet period and the adaptive one", err)
+	}
+	c.QuietPeriod, c.MinDuration, c.Timeout = 0, 0, AdaptiveQuietMin
+	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingTimeout || !strings.Contains(err.Error(), "lower bound") {
+		t.Errorf("Validate = %v, want a Timeout error naming the adaptive quiet period's lower bound", err)
+	}
+	c = quietConfig()
 	c.QuietPeriod = c.Timeout
 	if err := c.Validate(); !errors.As(err, &ce) || ce.Setting != SettingTimeout || !strings.Contains(err.Error(), "QuietPeriod") {
 		t.Errorf("Validate = %v, want a Timeout error naming QuietPeriod", err)

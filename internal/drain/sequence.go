@@ -162,7 +162,7 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	st := *e.status.Load()
 	log := e.log.With("drain_timeout", cfg.Timeout.String(), "count", string(cfg.Mode))
 	log.Info("drain started", "drain_delay", cfg.Delay.String(), "min_drain_duration", cfg.MinDuration.String(),
-		"quiet_period", cfg.QuietPeriod.String(), "check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
+		"quiet_period", quietText(cfg), "check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
 
 	// ended records why the current phase ended: in Status, the log and the metrics.
 	ended := func(cause Cause, reason string) {
@@ -245,8 +245,8 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 	var stall adminStall
 	settled := failed.Add(cfg.MinDuration)
 	var quiet *quietWatch
-	if cfg.QuietPeriod > 0 {
-		quiet = newQuietWatch(cfg.QuietPeriod, failed)
+	if cfg.QuietPeriod > 0 || cfg.AdaptiveQuiet {
+		quiet = newQuietWatch(cfg.QuietPeriod, cfg.AdaptiveQuiet, failed)
 	}
 	st.Phase = PhaseMinDuration
 	e.publish(new(st))
@@ -334,6 +334,10 @@ func (e *Engine) drain(parent context.Context, d *Drain) Result {
 					"(%d polls failed since its last answer at %s, which counted %s): %s", cfg.Timeout,
 					time.Since(stall.lastGood).Round(time.Millisecond), stall.fails,
 					stall.lastGood.UTC().Format(time.RFC3339Nano), openText(st.Open), st.LastError)
+			}
+			if st.Phase == PhaseQuiet && quiet.adaptive {
+				return finish(OutcomeTimeout, "deadline %s reached before the silence since the last new traffic was conclusive (%s); %s",
+					cfg.Timeout, quiet.lastText(time.Now()), inFlightText(st))
 			}
 			if st.Phase == PhaseQuiet {
 				return finish(OutcomeTimeout, "deadline %s reached while new traffic still arrived (%s); %s",
@@ -513,6 +517,14 @@ func cancelCause(ctx context.Context) string {
 		return c.Error()
 	}
 	return "the manager stopping"
+}
+
+// quietText is the quiet period as the log shows it: "auto" (the adaptive rule) or a duration.
+func quietText(cfg Config) string {
+	if cfg.AdaptiveQuiet {
+		return "auto"
+	}
+	return cfg.QuietPeriod.String()
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }

@@ -103,6 +103,7 @@ func TestWatch(t *testing.T) {
 		fail     error
 		cut      int64
 		cancel   bool // stop the engine during the drain
+		adaptive bool // the adaptive quiet period
 		witness  drain.Verdict
 		want     []string
 		wantType string
@@ -110,6 +111,8 @@ func TestWatch(t *testing.T) {
 	}{
 		{name: "drained", want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
 			wantNote: []string{"drained in 5s, 0 in flight left"}},
+		{name: "drained, adaptive quiet period", adaptive: true, want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
+			wantNote: []string{"drained in 5s, 0 in flight left; no new connection or request for 5s after health checks failed (adaptive quiet period: 500ms needed, the lower bound"}},
 		{name: "drained, requests cut", cut: 3, want: []string{ReasonDrainStarted, ReasonDrained}, wantType: "Normal",
 			wantNote: []string{"drained in 5s, 0 in flight left; the client side cut 3 requests in flight (closing 3 connections under them) during the drain"}},
 		{name: "timed out, requests cut", inflight: 2, cut: 1, want: []string{ReasonDrainStarted, ReasonDrainTimedOut}, wantType: "Warning",
@@ -132,7 +135,7 @@ func TestWatch(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := drain.Config{MinDuration: 5 * time.Second, Timeout: 20 * time.Second, Interval: 250 * time.Millisecond,
-					Mode: drain.ModeInflight, ListenerDrain: drain.ListenerDrainNone}
+					Mode: drain.ModeInflight, ListenerDrain: drain.ListenerDrainNone, AdaptiveQuiet: tt.adaptive}
 				switch tt.witness {
 				case drain.VerdictGone:
 					cfg.Witness = drain.WitnessFunc(func(context.Context) drain.Evidence {

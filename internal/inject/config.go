@@ -79,7 +79,9 @@ const (
 const (
 	DefaultDrainDelay       = drain.DefaultDelay
 	DefaultMinDrainDuration = drain.DefaultMinDuration
-	DefaultQuietPeriod      = drain.DefaultQuietPeriod
+	// DefaultLeastQuiet is the least the default quiet period (the adaptive rule, --quiet-period=auto)
+	// waits after health checks failed: its lower bound, what a drain with no new traffic waits.
+	DefaultLeastQuiet = drain.AdaptiveQuietMin
 )
 
 // DefaultEnvoyCommand is Envoy's command in agent mode when its container sets none: `envoy` on PATH, as in
@@ -257,7 +259,7 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	if s.Drain.MinDuration != nil {
 		s.minDuration = *s.Drain.MinDuration
 	}
-	s.quiet = DefaultQuietPeriod
+	s.quiet = DefaultLeastQuiet
 	if s.Drain.QuietPeriod != nil {
 		s.quiet = *s.Drain.QuietPeriod
 	}

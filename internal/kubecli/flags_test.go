@@ -32,6 +32,8 @@ func TestUsageErrorsAreOneLine(t *testing.T) {
 		{[]string{"completion", "tcsh"}, "bash, zsh, fish"},
 		{[]string{"drain", "--drain-delay", "2562047h", "--min-drain-duration", "2562047h", "--drain-timeout", "2562047h"}, "--drain-timeout"},
 		{[]string{"drain", "--envoy-gone-after", "0s"}, "--envoy-gone-after"},
+		{[]string{"drain", "--quiet-period", "fast"}, "want auto or a duration"},
+		{[]string{"drain", "--quiet-period", "-1s"}, "--quiet-period"},
 		{[]string{"drain", "--log-output", ""}, "--log-output"},
 		{[]string{"status", "--drain-timeout", "5s"}, "drain-timeout"}, // status takes only what changes the count
 		{[]string{"drain", "extra"}, "unexpected argument"},

@@ -344,9 +344,13 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 	return r
 }
 
-// quietEnd parses the manager's reason for the end of the quiet period: "no new connection or request for 2s,
-// 7.1s after health checks failed" or "no new request for 2s, 7.1s after health checks failed (...)".
+// quietEnd parses the manager's reason for the end of a fixed quiet period: "no new connection or request for
+// 2s, 7.1s after health checks failed" or "no new request for 2s, 7.1s after health checks failed (...)".
 var quietEnd = regexp.MustCompile(`for ([0-9.]+m?s), ([0-9.]+m?s) after health checks failed`)
+
+// adaptiveQuietEnd parses it for the adaptive quiet period (the default): "41 arrivals/s until 5.9s after
+// health checks failed, then 1s of silence (...)".
+var adaptiveQuietEnd = regexp.MustCompile(`arrivals/s until ([0-9.]+m?s) after health checks failed`)
 
 // fleetDrain returns the manager's drain outcome, the quiet phase's reason, and how long new traffic kept coming
 // after the health checks failed (the quiet phase's end minus the quiet period).
@@ -371,6 +375,10 @@ func (f *logFollower) fleetDrain() (drains, quiet, lastNew string) {
 				a, err2 := time.ParseDuration(sm[2])
 				if err1 == nil && err2 == nil {
 					lastNew = max(a-p, 0).Round(time.Millisecond).String()
+				}
+			} else if sm := adaptiveQuietEnd.FindStringSubmatch(quiet); sm != nil {
+				if a, err := time.ParseDuration(sm[1]); err == nil {
+					lastNew = a.Round(time.Millisecond).String()
 				}
 			}
 		case m["msg"] == "quiet period not applied":

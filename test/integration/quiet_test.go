@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -14,20 +15,20 @@ import (
 // newConnections sends one request every gap on a new connection (as a load balancer passing TCP through
 // opens one per request) to addr+path until stop, or until ctx ends.
 func newConnections(ctx context.Context, t *testing.T, addr, path string, gap time.Duration, stop time.Time) <-chan struct{} {
-	done, _ := newConnectionsLast(ctx, t, addr, path, gap, stop)
+	done, _ := newConnectionsStarts(ctx, t, addr, path, gap, stop)
 	return done
 }
 
-// newConnectionsLast is newConnections, and last returns when its last request began, once done is closed: on a
-// busy machine the requests fall later than their schedule.
-func newConnectionsLast(ctx context.Context, t *testing.T, addr, path string, gap time.Duration, stop time.Time) (done <-chan struct{}, last func() time.Time) {
+// newConnectionsStarts is newConnections, and starts returns when each request began, once done is closed: on
+// a busy machine the requests fall later than their schedule, and a test anchors its figures on them.
+func newConnectionsStarts(ctx context.Context, t *testing.T, addr, path string, gap time.Duration, stop time.Time) (done <-chan struct{}, starts func() []time.Time) {
 	ch := make(chan struct{})
-	var began time.Time // written by the goroutine only, read after ch is closed
+	var began []time.Time // written by the goroutine only, read after ch is closed
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	go func() {
 		defer close(ch)
 		for time.Now().Before(stop) && ctx.Err() == nil {
-			began = time.Now()
+			began = append(began, time.Now())
 			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 			if resp, err := c.Do(req); err == nil {
 				resp.Body.Close()
@@ -39,33 +40,28 @@ func newConnectionsLast(ctx context.Context, t *testing.T, addr, path string, ga
 		}
 	}()
 	t.Cleanup(func() { <-ch })
-	return ch, func() time.Time { <-ch; return began }
+	return ch, func() []time.Time { <-ch; return began }
 }
 
-// How long a drain with the default floor (--min-drain-duration 5s) and quiet period (--quiet-period 3s)
-// takes on the real Envoy: with no traffic; with traffic that stops 1s after the drain starts (kube-proxy's
-// propagation); with traffic that stops at 8s (a load balancer still sending after the floor); with sparse
-// traffic (a request every 2.5s) until 9s; and with readiness probes every 200ms throughout (never traffic).
-// The figures are the measurement behind drain.DefaultQuietPeriod; each case checks them within a second.
-func TestQuietPeriodDefaults(t *testing.T) {
-	if drain.DefaultMinDuration != 5*time.Second || drain.DefaultQuietPeriod != 3*time.Second {
-		t.Fatalf("the defaults changed (%s, %s): measure again and update this test and DefaultQuietPeriod's comment",
-			drain.DefaultMinDuration, drain.DefaultQuietPeriod)
-	}
-	cases := []struct {
-		name      string
-		path      string // "" = no traffic
-		probes    bool
-		gap, stop time.Duration
-	}{
-		{name: "no-traffic"},
-		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second},
-		// The last request goes out just before 8s: released 3s after it.
-		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second},
-		// Requests at 0, 2.5, 5 and 7.5s: released 3s after the last.
-		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second},
-		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute},
-	}
+// quietCase is a drain of the real Envoy with some traffic, and where its release must fall: at the floor
+// (5 s to 6 s), or, if a request came before the release, in afterLast of the last such request (when it really
+// began: on a busy machine later than its schedule), whichever is later.
+type quietCase struct {
+	name      string
+	path      string // "" = no traffic
+	probes    bool
+	gap, stop time.Duration
+	after     time.Duration    // the traffic starts this long after the drain started; 0: at once
+	afterLast [2]time.Duration // the release's distance from the last request that began before it
+	// between is set where the release must come while the traffic goes on (a request begins after it: a
+	// control that a rule releases between two requests); unset, no request may begin after the release.
+	between bool
+}
+
+// runQuietCases drains a real Envoy per case, on every Envoy line, with the drain flags given, the traffic
+// starting as the drain starts (or tc.after later), and checks where the release fell; it logs why the quiet
+// phase ended.
+func runQuietCases(t *testing.T, flags []string, cases []quietCase) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
@@ -73,21 +69,21 @@ func TestQuietPeriodDefaults(t *testing.T) {
 				e := startEnvoy(t, bin, readinessOptions)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				p := start(t, "drain", "--admin-address", e.AdminURL, "--log-level", "debug")
+				p := start(t, append([]string{"drain", "--admin-address", e.AdminURL, "--log-level", "debug"}, flags...)...)
 				p.waitLog(t, "drain started", 10*time.Second)
 				began := time.Now()
-				// The drain's duration, within a second after it: the floor, or the quiet period after the
-				// last request (when it began: on a busy machine later than its schedule).
-				want := drain.DefaultMinDuration
+				if tc.after > 0 {
+					select {
+					case <-time.After(tc.after):
+					case <-ctx.Done():
+					}
+				}
+				starts := func() []time.Time { return nil }
 				switch {
 				case tc.probes:
 					newConnections(ctx, t, e.ListenerAddrs[testbed.ReadinessListener], testbed.ReadinessPath, tc.gap, began.Add(tc.stop))
 				case tc.path != "":
-					_, last := newConnectionsLast(ctx, t, e.HTTPAddr, tc.path, tc.gap, began.Add(tc.stop))
-					defer func() {
-						t.Logf("the last request began %s after the drain started", last().Sub(began).Round(time.Millisecond))
-					}()
-					want = max(want, last().Sub(began)+drain.DefaultQuietPeriod)
+					_, starts = newConnectionsStarts(ctx, t, e.HTTPAddr, tc.path, tc.gap, began.Add(tc.stop))
 				}
 				f := p.finished(t, 70*time.Second)
 				if f.Outcome != "drained" {
@@ -100,11 +96,80 @@ func TestQuietPeriodDefaults(t *testing.T) {
 					}
 				}
 				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, quiet.str("reason"))
-				if f.Duration < want || f.Duration > want+time.Second {
-					t.Errorf("drain took %s, want %s to %s", f.Duration, want.Round(time.Millisecond), (want + time.Second).Round(time.Millisecond))
+				// starts waits until the traffic's schedule ends: a request after the release must show.
+				lo, hi := drain.DefaultMinDuration, drain.DefaultMinDuration+time.Second
+				var before, afterRelease []time.Duration
+				for _, s := range starts() {
+					if at := s.Sub(began); at < f.Duration {
+						before = append(before, at)
+					} else {
+						afterRelease = append(afterRelease, at)
+					}
+				}
+				if n := len(before); n > 0 {
+					last := before[n-1]
+					t.Logf("requests began at %v; the last before the release at %s", before, last.Round(time.Millisecond))
+					lo, hi = max(lo, last+tc.afterLast[0]), max(hi, last+tc.afterLast[1])
+				}
+				if f.Duration < lo || f.Duration > hi {
+					t.Errorf("drain took %s, want %s to %s", f.Duration, lo.Round(time.Millisecond), hi.Round(time.Millisecond))
+				}
+				switch {
+				case tc.between && len(afterRelease) == 0:
+					t.Errorf("no request began after the release at %s; this case wants a release between two", f.Duration)
+				case !tc.between && len(afterRelease) > 0:
+					t.Errorf("released at %s while the traffic went on: requests began at %v", f.Duration, afterRelease)
 				}
 			})
 		}
+	})
+}
+
+// How long a drain with the default floor (--min-drain-duration 5s) and a fixed quiet period of 3s takes on the
+// real Envoy: with no traffic; with traffic that stops 1s after the drain starts (kube-proxy's propagation);
+// with traffic that stops at 8s (a load balancer still sending after the floor); with sparse traffic (a
+// request every 2.5s) until 9s, and every 5s until 21s (released between two requests: the control of
+// TestQuietPeriodDefaults' case); and with readiness probes every 200ms throughout (never traffic). Each case
+// checks its figure within a second: the floor, or 3s after the last request.
+func TestQuietPeriodFixed(t *testing.T) {
+	if drain.DefaultMinDuration != 5*time.Second {
+		t.Fatalf("the default floor changed (%s): measure again and update this test", drain.DefaultMinDuration)
+	}
+	three := [2]time.Duration{3 * time.Second, 4 * time.Second}
+	runQuietCases(t, []string{"--quiet-period", "3s"}, []quietCase{
+		{name: "no-traffic"},
+		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second, afterLast: three},
+		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, afterLast: three},
+		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, afterLast: three},
+		// The control of the defaults' sparse-5s-from-1s-until-22s: released 3s after the request at 5s, in the
+		// gap before the one at 10s.
+		{name: "sparse-5s-until-21s", path: "/", gap: 5 * time.Second, stop: 21 * time.Second, afterLast: three, between: true},
+		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute},
+	})
+}
+
+// How long a drain with the defaults (the 5 s floor, the adaptive quiet period) takes on the real Envoy: no
+// traffic and traffic that stops at 1s (kube-proxy's propagation): the floor; traffic every 100 ms that stops
+// at 8s: at least the lower bound (0.5 s) and about a second after the last request (what 10/s needs), where a
+// fixed 3 s took 3 s; sparse traffic, a request every 2.5 s until 9 s and every 5 s (0.2/s) from 1 s until
+// 22 s: held past the last request (never released between two, where a fixed 3 s released in the first gap
+// longer than 3 s), 2 × the longest silence seen after it and at most the upper bound (10 s, and a poll);
+// readiness probes every 200 ms throughout: the floor. The figures are the measurement behind
+// drain.AdaptiveQuietMin's comment.
+func TestQuietPeriodDefaults(t *testing.T) {
+	if drain.DefaultMinDuration != 5*time.Second || drain.AdaptiveQuietMin != 500*time.Millisecond || drain.AdaptiveQuietMax != 10*time.Second {
+		t.Fatalf("the defaults changed (%s, %s, %s): measure again and update this test and AdaptiveQuietMin's comment",
+			drain.DefaultMinDuration, drain.AdaptiveQuietMin, drain.AdaptiveQuietMax)
+	}
+	runQuietCases(t, nil, []quietCase{
+		{name: "no-traffic"},
+		{name: "traffic-stops-at-1s", path: "/", gap: 100 * time.Millisecond, stop: time.Second, afterLast: [2]time.Duration{500 * time.Millisecond, 2 * time.Second}},
+		{name: "traffic-stops-at-8s", path: "/", gap: 100 * time.Millisecond, stop: 8 * time.Second, afterLast: [2]time.Duration{500 * time.Millisecond, 2 * time.Second}},
+		{name: "sparse-2.5s-until-9s", path: "/", gap: 2500 * time.Millisecond, stop: 9 * time.Second, afterLast: [2]time.Duration{5 * time.Second, 11 * time.Second}},
+		// From 1s, so that one request comes inside the 5s floor whatever the phase (one every 5s from 0 may
+		// show none there: the first in the drain's baseline, the next just after the floor, as measured once).
+		{name: "sparse-5s-from-1s-until-22s", path: "/", after: time.Second, gap: 5 * time.Second, stop: 22 * time.Second, afterLast: [2]time.Duration{10 * time.Second, 11500 * time.Millisecond}},
+		{name: "probes-only", probes: true, gap: 200 * time.Millisecond, stop: time.Minute},
 	})
 }
 
@@ -201,6 +266,86 @@ func TestQuietPeriodHealthCheckedListener(t *testing.T) {
 				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, reason)
 				if f.Duration < tc.min || f.Duration > tc.max {
 					t.Errorf("drain took %s, want %s to %s", f.Duration, tc.min, tc.max)
+				}
+			})
+		}
+	})
+}
+
+// newDials opens a TCP connection to addr and closes it without sending a byte every gap until stop, or until
+// ctx ends (a load balancer's TCP health check, as AWS NLB's default through its controller, HAProxy's plain
+// `check`, Azure's TCP probe); starts returns when each began, once done is closed.
+func newDials(ctx context.Context, t *testing.T, addr string, gap time.Duration, stop time.Time) (done <-chan struct{}, starts func() []time.Time) {
+	ch := make(chan struct{})
+	var began []time.Time // written by the goroutine only, read after ch is closed
+	go func() {
+		defer close(ch)
+		d := net.Dialer{Timeout: 5 * time.Second}
+		for time.Now().Before(stop) && ctx.Err() == nil {
+			began = append(began, time.Now())
+			if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+				c.Close()
+			}
+			select {
+			case <-time.After(gap):
+			case <-ctx.Done():
+			}
+		}
+	}()
+	t.Cleanup(func() { <-ch })
+	return ch, func() []time.Time { <-ch; return began }
+}
+
+// With the defaults, a TCP health check on the HTTP listener (a connection opened and closed, no request)
+// every 100 ms for a minute is no traffic: released at the floor; new connections on the TCP proxy's
+// listener every 100 ms until 8s are: held past the last, released about a second after it (what 10/s
+// needs, as for requests in TestQuietPeriodDefaults).
+func TestQuietPeriodTCPChecks(t *testing.T) {
+	cases := []struct {
+		name    string
+		tcp     bool          // on the TCP proxy's listener, else on the HTTP listener
+		stop    time.Duration // the connections' schedule ends
+		holdsIt bool          // the connections are traffic: the drain is held past the last one
+	}{
+		{name: "tcp-checks-on-the-http-listener", stop: time.Minute},
+		{name: "connections-on-the-tcp-listener-until-8s", tcp: true, stop: 8 * time.Second, holdsIt: true},
+	}
+	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				e := startEnvoy(t, bin, readinessOptions)
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				p := start(t, "drain", "--admin-address", e.AdminURL, "--log-level", "debug")
+				p.waitLog(t, "drain started", 10*time.Second)
+				began := time.Now()
+				addr := e.HTTPAddr
+				if tc.tcp {
+					addr = e.TCPAddr
+				}
+				_, starts := newDials(ctx, t, addr, 100*time.Millisecond, began.Add(tc.stop))
+				f := p.finished(t, 70*time.Second)
+				if f.Outcome != "drained" {
+					t.Fatalf("outcome %s (%s), want drained", f.Outcome, f.Reason)
+				}
+				t.Logf("envoy %s, %s: drain took %s (%s)", bin.Version, tc.name, f.Duration, f.Reason)
+				if !tc.holdsIt {
+					cancel()
+					if n := len(starts()); f.Duration < drain.DefaultMinDuration || f.Duration > drain.DefaultMinDuration+time.Second || n < 10 {
+						t.Errorf("drain took %s with %d TCP checks, want the floor (%s to %s) with 10 or more", f.Duration, n,
+							drain.DefaultMinDuration, drain.DefaultMinDuration+time.Second)
+					}
+					return
+				}
+				s := starts()
+				if len(s) == 0 {
+					t.Fatal("no connection opened")
+				}
+				last := s[len(s)-1].Sub(began)
+				if lo, hi := last+drain.AdaptiveQuietMin, last+2*time.Second; f.Duration < lo || f.Duration > hi {
+					t.Errorf("drain took %s, the last connection began at %s: want %s to %s", f.Duration, last.Round(time.Millisecond),
+						lo.Round(time.Millisecond), hi.Round(time.Millisecond))
 				}
 			})
 		}
