@@ -153,199 +153,260 @@ type Status struct {
 	Resumed     *Resumed `json:"resumed,omitempty"`
 }
 
-// drain is one drain, written as the plain sequence it is. It owns its Status until it returns.
+// drain is one drain, written as the plain sequence it is: the delay, health checks failed, then polls of
+// Envoy's stats through the floor, the quiet period and the wait for the work in flight (run's methods below).
 func (e *Engine) drain(parent context.Context, d *Drain) Result {
-	cfg := e.cfg
-	deadline := d.started.Add(cfg.Timeout)
-	ctx, cancel := context.WithDeadline(parent, deadline)
-	defer cancel()
-	st := *e.status.Load()
-	log := e.log.With("drain_timeout", cfg.Timeout.String(), "count", string(cfg.Mode))
-	log.Info("drain started", "drain_delay", cfg.Delay.String(), "min_drain_duration", cfg.MinDuration.String(),
-		"quiet_period", quietText(cfg), "check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
-
-	// ended records why the current phase ended: in Status, the log and the metrics.
-	ended := func(cause Cause, reason string) {
-		pe := PhaseEnd{Phase: st.Phase, Elapsed: Seconds(time.Since(d.started)), Cause: cause, Reason: reason}
-		st.Phases = append(slicesClip(st.Phases), pe)
-		e.metrics.phaseEnded(pe)
-		log.Info("drain phase ended", "phase", string(pe.Phase), "cause", string(cause), "reason", reason,
-			"elapsed", time.Duration(pe.Elapsed).Round(time.Millisecond).String())
-	}
-	var cut cutWatch
-	finish := func(o Outcome, format string, args ...any) Result {
-		r := Result{Outcome: o, Open: st.Open, Duration: time.Since(d.started), Reason: fmt.Sprintf(format, args...), Cut: cut.total}
-		if parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
-			// The engine was stopped: whatever the step was waiting for, say who stopped it.
-			r.Outcome = OutcomeCanceled
-			r.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(parent), since(d.started), openText(st.Open))
-		}
-		if text := r.Cut.Text(); text != "" {
-			// "0 in flight" alone would hide them: they left the count without being answered.
-			r.Reason += "; " + text
-		}
-		cause := map[Outcome]Cause{OutcomeDrained: CauseDrained, OutcomeTimeout: CauseDeadline, OutcomeEnvoyGone: CauseEnvoyGone,
-			OutcomeError: CauseError, OutcomeCanceled: CauseCanceled, OutcomeMisconfigured: CauseMisconfigured}[r.Outcome]
-		ended(cause, r.Reason)
-		r.Phases = st.Phases
-		st.Phase, st.Outcome, st.Reason, st.Elapsed = PhaseReleased, r.Outcome, r.Reason, Seconds(r.Duration)
-		e.publish(new(st))
-		level := log.Info
-		if !r.OK() {
-			level = log.Warn
-		}
-		level("drain finished", "outcome", string(r.Outcome), "open", r.Open, "duration", r.Duration.Round(time.Millisecond).String(),
-			"polls", st.Polls, "reason", r.Reason)
-		return r
-	}
-	gone := func() Result {
-		return finish(OutcomeEnvoyGone, "envoy exited after %s, %s", since(d.started), openText(st.Open))
-	}
+	r := e.newRun(parent, d)
+	defer r.cancel()
 
 	// 1. Keep serving for the delay: endpoints and load balancers are still being told.
-	if err := e.wait(ctx, cfg.Delay); err != nil {
+	if err := e.wait(r.ctx, r.cfg.Delay); err != nil {
 		if errors.Is(err, errEnvoyExited) {
-			return gone()
+			return r.gone()
 		}
-		return finish(OutcomeTimeout, "deadline %s reached during the drain delay", cfg.Timeout)
+		return r.finish(OutcomeTimeout, "deadline %s reached during the drain delay", r.cfg.Timeout)
 	}
-	ended(CauseElapsed, fmt.Sprintf("drain delay %s passed", cfg.Delay))
+	r.ended(CauseElapsed, fmt.Sprintf("drain delay %s passed", r.cfg.Delay))
 
 	// 2. Fail health checks, retried: nothing drains until Envoy has been told.
-	st.Phase = PhaseFailHealthChecks
-	e.publish(new(st))
-	if err := e.failHealthChecks(ctx, d, &st); err != nil {
+	if res, ok := r.failHealthChecks(); !ok {
+		return res
+	}
+
+	// 3 and 4. Keep accepting for the floor and the quiet period, then release once the work in flight is done.
+	r.startPolls()
+	for {
+		polled := time.Now()
+		err := r.poll(polled)
+		if errors.Is(err, envoyadmin.ErrUnreachable) {
+			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
+			return r.gone()
+		}
+		now := time.Now()
+		r.advance(now, err)
+		if r.st.Phase == PhaseWaiting && err == nil && int64(r.st.Open) <= r.cfg.Threshold {
+			return r.finish(OutcomeDrained, "%s after %s", openText(r.st.Open), since(d.started))
+		}
+		if err := e.wait(r.ctx, r.nextPoll(now, polled, err)); err != nil {
+			if errors.Is(err, errEnvoyExited) {
+				return r.gone()
+			}
+			return r.deadline()
+		}
+	}
+}
+
+// run is one drain's state, owned by the goroutine that runs it (Engine.drain): its Status, log and watches.
+type run struct {
+	e        *Engine
+	d        *Drain
+	cfg      Config
+	parent   context.Context // the engine's: its end cancels the drain
+	ctx      context.Context // parent, bounded by the drain's deadline
+	cancel   context.CancelFunc
+	st       Status
+	log      *slog.Logger
+	cut      cutWatch
+	topo     *topologyReader
+	stall    adminStall
+	quiet    *quietWatch // nil without a quiet period
+	settled  time.Time   // when the floor ends
+	lastPoll time.Duration
+}
+
+func (e *Engine) newRun(parent context.Context, d *Drain) *run {
+	cfg := e.cfg
+	ctx, cancel := context.WithDeadline(parent, d.started.Add(cfg.Timeout))
+	r := &run{e: e, d: d, cfg: cfg, parent: parent, ctx: ctx, cancel: cancel, st: *e.status.Load(),
+		log: e.log.With("drain_timeout", cfg.Timeout.String(), "count", string(cfg.Mode))}
+	r.log.Info("drain started", "drain_delay", cfg.Delay.String(), "min_drain_duration", cfg.MinDuration.String(),
+		"quiet_period", quietText(cfg), "check_interval", cfg.Interval.String(), "min_open_connections", cfg.Threshold)
+	return r
+}
+
+// ended records why the current phase ended: in Status, the log and the metrics.
+func (r *run) ended(cause Cause, reason string) {
+	pe := PhaseEnd{Phase: r.st.Phase, Elapsed: Seconds(time.Since(r.d.started)), Cause: cause, Reason: reason}
+	r.st.Phases = append(slicesClip(r.st.Phases), pe)
+	r.e.metrics.phaseEnded(pe)
+	r.log.Info("drain phase ended", "phase", string(pe.Phase), "cause", string(cause), "reason", reason,
+		"elapsed", time.Duration(pe.Elapsed).Round(time.Millisecond).String())
+}
+
+// finish ends the drain with an outcome and its reason.
+func (r *run) finish(o Outcome, format string, args ...any) Result {
+	res := Result{Outcome: o, Open: r.st.Open, Duration: time.Since(r.d.started), Reason: fmt.Sprintf(format, args...), Cut: r.cut.total}
+	if r.parent.Err() != nil && o != OutcomeDrained && o != OutcomeEnvoyGone {
+		// The engine was stopped: whatever the step was waiting for, say who stopped it.
+		res.Outcome = OutcomeCanceled
+		res.Reason = fmt.Sprintf("canceled by %s after %s with %s", cancelCause(r.parent), since(r.d.started), openText(r.st.Open))
+	}
+	if text := res.Cut.Text(); text != "" {
+		// "0 in flight" alone would hide them: they left the count without being answered.
+		res.Reason += "; " + text
+	}
+	cause := map[Outcome]Cause{OutcomeDrained: CauseDrained, OutcomeTimeout: CauseDeadline, OutcomeEnvoyGone: CauseEnvoyGone,
+		OutcomeError: CauseError, OutcomeCanceled: CauseCanceled, OutcomeMisconfigured: CauseMisconfigured}[res.Outcome]
+	r.ended(cause, res.Reason)
+	res.Phases = r.st.Phases
+	r.st.Phase, r.st.Outcome, r.st.Reason, r.st.Elapsed = PhaseReleased, res.Outcome, res.Reason, Seconds(res.Duration)
+	r.e.publish(new(r.st))
+	level := r.log.Info
+	if !res.OK() {
+		level = r.log.Warn
+	}
+	level("drain finished", "outcome", string(res.Outcome), "open", res.Open, "duration", res.Duration.Round(time.Millisecond).String(),
+		"polls", r.st.Polls, "reason", res.Reason)
+	return res
+}
+
+// gone ends the drain because Envoy exited.
+func (r *run) gone() Result {
+	return r.finish(OutcomeEnvoyGone, "envoy exited after %s, %s", since(r.d.started), openText(r.st.Open))
+}
+
+// failHealthChecks is step 2: it returns false with the drain's result if the drain ends there.
+func (r *run) failHealthChecks() (Result, bool) {
+	r.st.Phase = PhaseFailHealthChecks
+	r.e.publish(new(r.st))
+	if err := r.e.failHealthChecks(r.ctx, r.d, &r.st); err != nil {
 		var refused *refusedError
 		var wrong *misconfiguredError
 		switch {
 		case errors.Is(err, errEnvoyExited):
-			return gone()
+			return r.gone(), false
 		case errors.As(err, &refused):
-			return finish(OutcomeEnvoyGone, "envoy is not running: its admin API refused every connection for %s (%d attempts) and %s: %s",
-				refused.For.Round(time.Millisecond), refused.Attempts, refused.Evidence, st.LastError)
+			return r.finish(OutcomeEnvoyGone, "envoy is not running: its admin API refused every connection for %s (%d attempts) and %s: %s",
+				refused.For.Round(time.Millisecond), refused.Attempts, refused.Evidence, r.st.LastError), false
 		case errors.As(err, &wrong):
-			return finish(OutcomeMisconfigured, "deadline %s reached: %s", cfg.Timeout, wrong.reason(st.LastError))
+			return r.finish(OutcomeMisconfigured, "deadline %s reached: %s", r.cfg.Timeout, wrong.reason(r.st.LastError)), false
 		}
-		return finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", cfg.Timeout, st.LastError)
+		return r.finish(OutcomeError, "could not fail envoy's health checks before the deadline %s: %s", r.cfg.Timeout, r.st.LastError), false
 	}
 	failed := time.Now()
-	log.Info("envoy health checks failing", "elapsed", since(d.started))
-	st.HealthChecksFailed = new(failed)
-	ended(CauseDone, "envoy fails its health checks "+since(d.started)+" after the trigger")
-	if cfg.ListenerDrain != ListenerDrainNone {
-		if err := e.admin.DrainListeners(ctx, cfg.ListenerDrain == ListenerDrainInbound); err != nil {
+	r.log.Info("envoy health checks failing", "elapsed", since(r.d.started))
+	r.st.HealthChecksFailed = new(failed)
+	r.ended(CauseDone, "envoy fails its health checks "+since(r.d.started)+" after the trigger")
+	if r.cfg.ListenerDrain != ListenerDrainNone {
+		if err := r.e.admin.DrainListeners(r.ctx, r.cfg.ListenerDrain == ListenerDrainInbound); err != nil {
 			// Not fatal: health checks already fail and connections already drain-close.
-			log.Warn("could not start envoy's listener drain", "err", err)
-			st.LastError = err.Error()
+			r.log.Warn("could not start envoy's listener drain", "err", err)
+			r.st.LastError = err.Error()
 		}
 	}
+	return Result{}, true
+}
 
-	// 3 and 4. Keep accepting for the minimum duration, then release once the work in flight is done.
-	topo := newTopologyReader(e.admin, log)
-	var stall adminStall
-	settled := failed.Add(cfg.MinDuration)
-	var quiet *quietWatch
-	if cfg.QuietPeriod > 0 || cfg.AdaptiveQuiet {
-		quiet = newQuietWatch(cfg.QuietPeriod, cfg.AdaptiveQuiet, failed)
+// startPolls begins steps 3 and 4: the floor from when health checks failed, the quiet period's watch.
+func (r *run) startPolls() {
+	failed := *r.st.HealthChecksFailed
+	r.topo = newTopologyReader(r.e.admin, r.log)
+	r.settled = failed.Add(r.cfg.MinDuration)
+	if r.cfg.QuietPeriod > 0 || r.cfg.AdaptiveQuiet {
+		r.quiet = newQuietWatch(r.cfg.QuietPeriod, r.cfg.AdaptiveQuiet, failed)
 	}
-	st.Phase = PhaseMinDuration
-	e.publish(new(st))
-	for {
-		polled := time.Now()
-		snap, err := e.admin.Stats(ctx)
-		took := time.Since(polled)
-		st.Polls++
-		switch {
-		case err == nil:
-			stall.answered(log, polled, st.Open)
-			st.AdminStalledSince = nil
-			c := topo.count(ctx, snap, cfg.Mode, cfg.Selector)
-			if OpenCount(c.Open) != st.Open {
-				log.Debug("work in flight", "open", c.Open, "elapsed", since(d.started))
-			}
-			st.Open, st.Listeners, st.Excluded, st.LastError = OpenCount(c.Open), c.Scopes, c.Excluded, ""
-			st.Groups, st.CountBasis, st.InFlight = c.Groups, c.Basis, new(c.Kinds)
-			if added := cut.observe(c.Cut); !added.zero() {
-				e.metrics.cutByClient(added)
-				log.Warn("the client side cut work in flight", "requests", added.Requests, "connections", added.Connections,
-					"elapsed", since(d.started))
-			}
-			st.CutByClient = new(cut.total)
-			if quiet != nil && quiet.ended == "" {
-				if cx, rq := quiet.observe(time.Now(), c.Watched, c.Rising, c.Basis); cx > 0 || rq > 0 {
-					e.metrics.newTraffic(cx, rq)
-					log.Debug("new traffic", "connections", cx, "requests", rq, "elapsed", since(d.started))
-				}
-			}
-		case errors.Is(err, envoyadmin.ErrUnreachable):
-			// Envoy answered /healthcheck/fail: an admin API that now refuses connections means Envoy is gone.
-			st.LastError = err.Error()
-			return gone()
-		default:
-			st.LastError = err.Error()
-			if ctx.Err() == nil { // a poll cut short by the deadline or a cancel is no failure of Envoy's
-				st.AdminStalledSince = stall.failed(log, err, st.Open)
+	r.st.Phase = PhaseMinDuration
+	r.e.publish(new(r.st))
+}
+
+// poll reads Envoy's stats once, begun at polled, into the Status: the work in flight, what the client side
+// cut, the quiet period's new traffic. It returns the poll's error.
+func (r *run) poll(polled time.Time) error {
+	snap, err := r.e.admin.Stats(r.ctx)
+	r.lastPoll = time.Since(polled)
+	r.st.Polls++
+	switch {
+	case err == nil:
+		r.stall.answered(r.log, polled, r.st.Open)
+		r.st.AdminStalledSince = nil
+		c := r.topo.count(r.ctx, snap, r.cfg.Mode, r.cfg.Selector)
+		if OpenCount(c.Open) != r.st.Open {
+			r.log.Debug("work in flight", "open", c.Open, "elapsed", since(r.d.started))
+		}
+		r.st.Open, r.st.Listeners, r.st.Excluded, r.st.LastError = OpenCount(c.Open), c.Scopes, c.Excluded, ""
+		r.st.Groups, r.st.CountBasis, r.st.InFlight = c.Groups, c.Basis, new(c.Kinds)
+		if added := r.cut.observe(c.Cut); !added.zero() {
+			r.e.metrics.cutByClient(added)
+			r.log.Warn("the client side cut work in flight", "requests", added.Requests, "connections", added.Connections,
+				"elapsed", since(r.d.started))
+		}
+		r.st.CutByClient = new(r.cut.total)
+		if r.quiet != nil && r.quiet.ended == "" {
+			if cx, rq := r.quiet.observe(time.Now(), c.Watched, c.Rising, c.Basis); cx > 0 || rq > 0 {
+				r.e.metrics.newTraffic(cx, rq)
+				r.log.Debug("new traffic", "connections", cx, "requests", rq, "elapsed", since(r.d.started))
 			}
 		}
-		now := time.Now()
-		if st.Phase == PhaseMinDuration && !now.Before(settled) {
-			ended(CauseElapsed, fmt.Sprintf("minimum %s after health checks failed", cfg.MinDuration))
-			st.Phase = PhaseWaiting
-			if quiet != nil {
-				st.Phase = PhaseQuiet
-			}
-		}
-		if st.Phase == PhaseQuiet && err == nil && quiet.met(now) {
-			quiet.ended = quiet.reason(now)
-			if !quiet.watched {
-				log.Warn("quiet period not applied", "reason", quiet.ended)
-			}
-			ended(CauseQuiet, quiet.ended)
-			st.Phase = PhaseWaiting
-		}
-		if quiet != nil {
-			st.Quiet = quiet.status(now)
-		}
-		e.publish(new(st))
-		if st.Phase == PhaseWaiting && err == nil && int64(st.Open) <= cfg.Threshold {
-			return finish(OutcomeDrained, "%s after %s", openText(st.Open), since(d.started))
-		}
-		next := cfg.Interval
-		switch {
-		case now.Before(settled):
-			next = min(next, settled.Sub(now)) // poll exactly when the minimum duration ends
-		case err == nil:
-			next = pollGap(took, cfg.Interval)
-		}
-		if st.Phase == PhaseQuiet && quiet.watched {
-			next = min(next, max(quiet.until().Sub(now), 0)) // and when the quiet period would end
-		}
-		// Whatever the flags and the phase, no poll comes sooner than minPollGap after the last one began.
-		next = max(next, minPollGap-time.Since(polled))
-		if err := e.wait(ctx, next); err != nil {
-			if errors.Is(err, errEnvoyExited) {
-				return gone()
-			}
-			if st.LastError != "" && !st.Open.Known() {
-				return finish(OutcomeError, "deadline %s reached without reading envoy's stats: %s", cfg.Timeout, st.LastError)
-			}
-			if st.AdminStalledSince != nil {
-				return finish(OutcomeTimeout, "deadline %s reached: envoy's admin API stopped answering %s before "+
-					"(%d polls failed since its last answer at %s, which counted %s): %s", cfg.Timeout,
-					time.Since(stall.lastGood).Round(time.Millisecond), stall.fails,
-					stall.lastGood.UTC().Format(time.RFC3339Nano), openText(st.Open), st.LastError)
-			}
-			if st.Phase == PhaseQuiet && quiet.adaptive {
-				return finish(OutcomeTimeout, "deadline %s reached before the silence since the last new traffic was conclusive (%s); %s",
-					cfg.Timeout, quiet.lastText(time.Now()), inFlightText(st))
-			}
-			if st.Phase == PhaseQuiet {
-				return finish(OutcomeTimeout, "deadline %s reached while new traffic still arrived (%s); %s",
-					cfg.Timeout, quiet.lastText(time.Now()), inFlightText(st))
-			}
-			return finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, inFlightText(st))
+	case errors.Is(err, envoyadmin.ErrUnreachable):
+		r.st.LastError = err.Error()
+	default:
+		r.st.LastError = err.Error()
+		if r.ctx.Err() == nil { // a poll cut short by the deadline or a cancel is no failure of Envoy's
+			r.st.AdminStalledSince = r.stall.failed(r.log, err, r.st.Open)
 		}
 	}
+	return err
+}
+
+// advance moves the phase on at now, after a poll that returned err: the floor ends at settled, then the
+// quiet period once it is met; it publishes the Status.
+func (r *run) advance(now time.Time, err error) {
+	if r.st.Phase == PhaseMinDuration && !now.Before(r.settled) {
+		r.ended(CauseElapsed, fmt.Sprintf("minimum %s after health checks failed", r.cfg.MinDuration))
+		r.st.Phase = PhaseWaiting
+		if r.quiet != nil {
+			r.st.Phase = PhaseQuiet
+		}
+	}
+	if r.st.Phase == PhaseQuiet && err == nil && r.quiet.met(now) {
+		r.quiet.ended = r.quiet.reason(now)
+		if !r.quiet.watched {
+			r.log.Warn("quiet period not applied", "reason", r.quiet.ended)
+		}
+		r.ended(CauseQuiet, r.quiet.ended)
+		r.st.Phase = PhaseWaiting
+	}
+	if r.quiet != nil {
+		r.st.Quiet = r.quiet.status(now)
+	}
+	r.e.publish(new(r.st))
+}
+
+// nextPoll is the wait before the next poll, after the one begun at polled that returned err.
+func (r *run) nextPoll(now, polled time.Time, err error) time.Duration {
+	next := r.cfg.Interval
+	switch {
+	case now.Before(r.settled):
+		next = min(next, r.settled.Sub(now)) // poll exactly when the minimum duration ends
+	case err == nil:
+		next = pollGap(r.lastPoll, r.cfg.Interval)
+	}
+	if r.st.Phase == PhaseQuiet && r.quiet.watched {
+		next = min(next, max(r.quiet.until().Sub(now), 0)) // and when the quiet period would end
+	}
+	// Whatever the flags and the phase, no poll comes sooner than minPollGap after the last one began.
+	return max(next, minPollGap-time.Since(polled))
+}
+
+// deadline ends the drain at its deadline (or the engine's stop), saying what it was still waiting for.
+func (r *run) deadline() Result {
+	st, cfg := r.st, r.cfg
+	switch {
+	case st.LastError != "" && !st.Open.Known():
+		return r.finish(OutcomeError, "deadline %s reached without reading envoy's stats: %s", cfg.Timeout, st.LastError)
+	case st.AdminStalledSince != nil:
+		return r.finish(OutcomeTimeout, "deadline %s reached: envoy's admin API stopped answering %s before "+
+			"(%d polls failed since its last answer at %s, which counted %s): %s", cfg.Timeout,
+			time.Since(r.stall.lastGood).Round(time.Millisecond), r.stall.fails,
+			r.stall.lastGood.UTC().Format(time.RFC3339Nano), openText(st.Open), st.LastError)
+	case st.Phase == PhaseQuiet && r.quiet.adaptive:
+		return r.finish(OutcomeTimeout, "deadline %s reached before the silence since the last new traffic was conclusive (%s); %s",
+			cfg.Timeout, r.quiet.lastText(time.Now()), inFlightText(st))
+	case st.Phase == PhaseQuiet:
+		return r.finish(OutcomeTimeout, "deadline %s reached while new traffic still arrived (%s); %s",
+			cfg.Timeout, r.quiet.lastText(time.Now()), inFlightText(st))
+	}
+	return r.finish(OutcomeTimeout, "deadline %s reached with %s", cfg.Timeout, inFlightText(st))
 }
 
 // adminStall follows an admin API that stops answering the polls: the first failure and the recovery are
