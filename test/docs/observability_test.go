@@ -85,7 +85,7 @@ func TestObservabilityPage(t *testing.T) {
 
 	// The log line: the drain's "drain finished", with the fields the page and the Loki rule read.
 	seq := readRepo(t, "internal/drain/sequence.go")
-	if !strings.Contains(seq, `level("drain finished", "outcome", string(r.Outcome)`) {
+	if !strings.Contains(seq, `level("drain finished", "outcome", string(res.Outcome)`) {
 		t.Error(`internal/drain/sequence.go no longer logs "drain finished" with outcome: update the page, the Loki rule and this test`)
 	}
 	text := blocks(page, "text")
