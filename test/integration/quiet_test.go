@@ -22,17 +22,25 @@ func newConnections(ctx context.Context, t *testing.T, addr, path string, gap ti
 // newConnectionsStarts is newConnections, and starts returns when each request began, once done is closed: on
 // a busy machine the requests fall later than their schedule, and a test anchors its figures on them.
 func newConnectionsStarts(ctx context.Context, t *testing.T, addr, path string, gap time.Duration, stop time.Time) (done <-chan struct{}, starts func() []time.Time) {
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
+	return paced(ctx, t, gap, stop, func(ctx context.Context) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
+		if resp, err := c.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	})
+}
+
+// paced calls do, then waits gap, until stop or until ctx ends; starts returns when each call began, once
+// done is closed.
+func paced(ctx context.Context, t *testing.T, gap time.Duration, stop time.Time, do func(ctx context.Context)) (done <-chan struct{}, starts func() []time.Time) {
 	ch := make(chan struct{})
 	var began []time.Time // written by the goroutine only, read after ch is closed
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 5 * time.Second}
 	go func() {
 		defer close(ch)
 		for time.Now().Before(stop) && ctx.Err() == nil {
 			began = append(began, time.Now())
-			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
-			if resp, err := c.Do(req); err == nil {
-				resp.Body.Close()
-			}
+			do(ctx)
 			select {
 			case <-time.After(gap):
 			case <-ctx.Done():
@@ -276,24 +284,12 @@ func TestQuietPeriodHealthCheckedListener(t *testing.T) {
 // ctx ends (a load balancer's TCP health check, as AWS NLB's default through its controller, HAProxy's plain
 // `check`, Azure's TCP probe); starts returns when each began, once done is closed.
 func newDials(ctx context.Context, t *testing.T, addr string, gap time.Duration, stop time.Time) (done <-chan struct{}, starts func() []time.Time) {
-	ch := make(chan struct{})
-	var began []time.Time // written by the goroutine only, read after ch is closed
-	go func() {
-		defer close(ch)
-		d := net.Dialer{Timeout: 5 * time.Second}
-		for time.Now().Before(stop) && ctx.Err() == nil {
-			began = append(began, time.Now())
-			if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
-				c.Close()
-			}
-			select {
-			case <-time.After(gap):
-			case <-ctx.Done():
-			}
+	d := net.Dialer{Timeout: 5 * time.Second}
+	return paced(ctx, t, gap, stop, func(ctx context.Context) {
+		if c, err := d.DialContext(ctx, "tcp", addr); err == nil {
+			c.Close()
 		}
-	}()
-	t.Cleanup(func() { <-ch })
-	return ch, func() []time.Time { <-ch; return began }
+	})
 }
 
 // With the defaults, a TCP health check on the HTTP listener (a connection opened and closed, no request)
