@@ -134,7 +134,7 @@ func TestAgentEnvoyKilled(t *testing.T) {
 // A connection that never closes: the manager exits at the drain deadline plus the stop, not later.
 func TestAgentDeadlineWithStuckConnection(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
-		e, _ := agent(t, bin, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "2s", "--stop-timeout", "1s")
+		e, _ := agent(t, bin, "--min-drain-duration", "500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "2s", "--stop-timeout", "5s")
 		ctx := testContext(t)
 		holdTCP(ctx, t, e, 45*time.Second)
 		if err := e.Signal(syscall.SIGTERM); err != nil {
@@ -144,9 +144,10 @@ func TestAgentDeadlineWithStuckConnection(t *testing.T) {
 		if code != 0 {
 			t.Errorf("manager exit code %d, want 0", code)
 		}
-		// Deadline 2s, then /quitquitquit ends Envoy at once; at most stop-timeout (1s) + SIGKILL grace (1s) more.
-		if took < 2*time.Second || took > 4*time.Second+500*time.Millisecond {
-			t.Errorf("manager exited %s after SIGTERM, want at the 2s deadline plus at most the 1s stop", took)
+		// Deadline 2s, then /quitquitquit ends Envoy at once (on a busy machine it took over a second: 5s of
+		// stop-timeout keep that from SIGKILL, 137); at most the stop-timeout more.
+		if took < 2*time.Second || took > 7*time.Second+500*time.Millisecond {
+			t.Errorf("manager exited %s after SIGTERM, want at the 2s deadline plus at most the 5s stop", took)
 		}
 		if log := readLog(t, e); !strings.Contains(log, `"outcome":"timeout"`) || !strings.Contains(log, `"drain_outcome":"timeout"`) {
 			t.Errorf("manager log does not report the timeout:\n%s", lastLines(log, 6))
