@@ -41,6 +41,9 @@ const UninjectedMetric = "shutdown_manager_webhook_uninjected_pods"
 // and a pass (a few lists, served from the API server's cache) costs the API server little at that rate.
 const DefaultAuditInterval = time.Minute
 
+// AuditOutcomes are the outcome label's values of shutdown_manager_webhook_audits_total.
+var AuditOutcomes = []string{"ok", "error"}
+
 // auditPage is the number of objects asked for per list request.
 const auditPage = 500
 
@@ -99,8 +102,9 @@ func NewAuditor(api AuditAPI, cfg AuditConfig, log *slog.Logger, reg prometheus.
 			Help: "Audit passes over the pods that asked for injection, by outcome (ok, error).",
 		}, []string{"outcome"}),
 	}
-	a.passes.WithLabelValues("ok")
-	a.passes.WithLabelValues("error")
+	for _, o := range AuditOutcomes {
+		a.passes.WithLabelValues(o)
+	}
 	if reg != nil {
 		reg.MustRegister(a.uninjected, a.passes)
 	}
