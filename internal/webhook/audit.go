@@ -355,7 +355,7 @@ func createsPods(rules []admissionregistrationv1.RuleWithOperations) bool {
 			ops[i] = string(op)
 		}
 		if has(ops, string(admissionregistrationv1.Create)) && has(r.APIGroups, "") && has(r.APIVersions, "v1") &&
-			has(r.Resources, "pods") {
+			(has(r.Resources, "pods") || slices.Contains(r.Resources, "*/*")) {
 			return true
 		}
 	}

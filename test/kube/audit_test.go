@@ -183,6 +183,29 @@ func TestAuditUninjected(t *testing.T) {
 		}
 	})
 
+	t.Run("no such configuration: the pass fails, is counted, and the gauge keeps its value", func(t *testing.T) {
+		wrong := cfg
+		wrong.Configuration = "not-there"
+		reg := prometheus.NewPedanticRegistry()
+		b := webhook.NewAuditor(api2, wrong, slog.New(slog.DiscardHandler), reg)
+		_, err := b.Pass(t.Context())
+		if err == nil || !events.NotFound(err) {
+			t.Errorf("pass with configuration %q: err %v, want the API server's NotFound", wrong.Configuration, err)
+		}
+		if n, err := testutil.GatherAndCount(reg, "shutdown_manager_webhook_audits_total"); err != nil || n != 2 {
+			t.Fatalf("audits_total: %d series, %v", n, err)
+		}
+		want := "# HELP shutdown_manager_webhook_audits_total Audit passes over the pods that asked for injection, by outcome (ok, error).\n" +
+			"# TYPE shutdown_manager_webhook_audits_total counter\n" +
+			"shutdown_manager_webhook_audits_total{outcome=\"error\"} 1\nshutdown_manager_webhook_audits_total{outcome=\"ok\"} 0\n"
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "shutdown_manager_webhook_audits_total"); err != nil {
+			t.Error(err)
+		}
+		if got := gauge(t, reg); got != 0 {
+			t.Errorf("%s after a failed first pass = %v, want 0", webhook.UninjectedMetric, got)
+		}
+	})
+
 	t.Run("the webhook command audits at start and serves the gauge", func(t *testing.T) {
 		// Started on its own port with the configuration still pointing at the closed one, so that nothing it
 		// serves changes the pods; an hour's interval: the pass at start is the one observed.
