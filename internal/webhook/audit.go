@@ -95,7 +95,7 @@ func NewAuditor(api AuditAPI, cfg AuditConfig, log *slog.Logger, reg prometheus.
 	a := &Auditor{api: api, cfg: cfg, log: log, recorded: map[types.UID]bool{},
 		uninjected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: UninjectedMetric,
-			Help: "Pods that asked for injection (the webhook's configuration selects them, and the webhook would inject them) and run without the manager, at the last audit pass that succeeded.",
+			Help: "Pods that asked for injection (the webhook's configuration selects them, and the webhook would inject them) and run without the manager, as of the last audit pass that could list them.",
 		}),
 		passes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shutdown_manager_webhook_audits_total",
@@ -112,7 +112,8 @@ func NewAuditor(api AuditAPI, cfg AuditConfig, log *slog.Logger, reg prometheus.
 }
 
 // Run makes a pass at once, then every interval, until ctx is done. A failed pass is logged (at warn for the
-// first of a series, then at debug until one succeeds) and counted; the gauge keeps the last good pass's value.
+// first of a series, then at debug until one succeeds) and counted; a pass that could not list the pods leaves the
+// gauge as it was.
 func (a *Auditor) Run(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -151,8 +152,9 @@ func (a *Auditor) Run(ctx context.Context, interval time.Duration) {
 // gauge to how many there are. A pod is left out when it is injected (the status annotation), finished
 // (Succeeded, Failed), a static pod's mirror, or when Decide would not inject it: opted out, kube-system, the
 // manager's own, no Envoy container with only its namespace opted in, and a pod that asked for the manager but
-// cannot have it (the webhook, when up, answers those with a warning and an Event on their owner). An Event the
-// API server refuses is tried again at the next pass; the error of the first is returned after the gauge is set.
+// cannot have it (the webhook, when up, answers those with a warning and an Event on their owner). After an Event
+// that could not be recorded, the pass records no more (an API server that refuses one, for want of RBAC, refuses
+// them all); they are tried again at the next pass, and the error is returned after the gauge is set.
 func (a *Auditor) Pass(ctx context.Context) (AuditResult, error) {
 	pods, err := a.selected(ctx)
 	if err != nil {
@@ -168,7 +170,7 @@ func (a *Auditor) Pass(ctx context.Context) (AuditResult, error) {
 		}
 		missing[pod.UID] = true
 		res.Missing = append(res.Missing, pod.Namespace+"/"+pod.Name)
-		if a.recorded[pod.UID] {
+		if a.recorded[pod.UID] || firstErr != nil { // after a refusal, the next pass tries the rest: RBAC refuses them all
 			continue
 		}
 		created, err := a.record(ctx, pod)
