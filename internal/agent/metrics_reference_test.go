@@ -80,6 +80,8 @@ func metricsReference(t *testing.T) string {
 	webhookSide := &recorder{}
 	webhook.New(webhook.Options{Registerer: webhookSide})
 	webhookSide.MustRegister(server.BuildInfo("VERSION"), webhook.CertExpiry(webhook.NewCertFiles("", "", slog.New(slog.DiscardHandler)))) // as runWebhook registers them
+	// with --audit-interval above 0 (the default):
+	webhook.NewAuditor(nil, webhook.AuditConfig{}, nil, webhookSide)
 	var b strings.Builder
 	b.WriteString("\n`serve` and `run` (on `/metrics` of `--listen`, or of `--metrics-listen`):\n\n| metric | labels | help |\n|---|---|---|\n")
 	b.WriteString(strings.Join(metricRows(t, drainSide), "\n") + "\n")

@@ -130,23 +130,7 @@ func (c *Client) Record(e Event) {
 		c.log.Debug("kubernetes event dropped: it names no object", "reason", e.Reason)
 		return
 	}
-	action := e.Action
-	if action == "" {
-		action = "Drain"
-	}
-	ev := apiEvent{
-		APIVersion:          "events.k8s.io/v1",
-		Kind:                "Event",
-		objectMeta:          objectMeta{Name: eventName(about.Name, now), Namespace: about.Namespace},
-		EventTime:           microTime{now},
-		Regarding:           about,
-		ReportingController: Controller,
-		ReportingInstance:   instance(c.cfg),
-		Action:              action,
-		Reason:              e.Reason,
-		Note:                Note(e.Note), // an Event with a longer note is refused whole
-		Type:                e.Type,
-	}
+	ev := newAPIEvent(e, about, instance(c.cfg), now)
 	select {
 	case <-c.stop:
 		c.dropped.Add(1)
@@ -158,6 +142,27 @@ func (c *Client) Record(e Event) {
 	default:
 		c.dropped.Add(1)
 		c.log.Debug("kubernetes event dropped: queue full", "reason", e.Reason)
+	}
+}
+
+// newAPIEvent is e about the object about, reported by instance at now, as the API server is sent it.
+func newAPIEvent(e Event, about ObjectReference, instance string, now time.Time) apiEvent {
+	action := e.Action
+	if action == "" {
+		action = "Drain"
+	}
+	return apiEvent{
+		APIVersion:          "events.k8s.io/v1",
+		Kind:                "Event",
+		objectMeta:          objectMeta{Name: eventName(about.Name, now), Namespace: about.Namespace},
+		EventTime:           microTime{now},
+		Regarding:           about,
+		ReportingController: Controller,
+		ReportingInstance:   instance,
+		Action:              action,
+		Reason:              e.Reason,
+		Note:                Note(e.Note), // an Event with a longer note is refused whole
+		Type:                e.Type,
 	}
 }
 

@@ -107,5 +107,24 @@ func (r *Reader) Get(ctx context.Context, path string, query url.Values) ([]byte
 	return body, nil
 }
 
+// CreateEvent records e, which must name its object (Event.Regarding), in that object's namespace, with
+// instance as its reportingInstance (at most 128 bytes kept), and returns when the API server has answered:
+// nil once the Event is stored. Unlike Client.Record it waits, so that a caller that records an Event once per
+// object knows whether it was. A 429 answer is tried again as Client's Events are; ctx bounds it all.
+func (r *Reader) CreateEvent(ctx context.Context, e Event, instance string) error {
+	if e.Regarding == nil {
+		return fmt.Errorf("event %s names no object", e.Reason)
+	}
+	if len(instance) > 128 {
+		instance = instance[:128]
+	}
+	ev := newAPIEvent(e, *e.Regarding, instance, time.Now())
+	ctx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	defer cancel()
+	r.mu.Lock() // the sender rebuilds its transport when the credentials change
+	defer r.mu.Unlock()
+	return r.s.send(ctx, &ev)
+}
+
 // ReadTimeout bounds one GET, connection included: a page of 500 pods from a busy API server.
 const ReadTimeout = 30 * time.Second

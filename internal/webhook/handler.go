@@ -2,7 +2,8 @@
 // (method, content type, size limit, decoding and checking the AdmissionReview, the JSONPatch, encoding, a
 // recovered panic turned into an error answer) apart from the policy in policy.go (Decide: whether and how a
 // pod is injected, a pure function over typed objects calling inject.Inject), plus the serving certificate
-// reloaded from files (certs.go) and the health endpoints (health.go).
+// reloaded from files (certs.go), the health endpoints (health.go), and the audit of the pods admitted without the
+// manager while the webhook could not be called (audit.go).
 //
 // The webhook never rejects a pod itself: a pod it cannot or must not inject is admitted unchanged, and a
 // request it cannot answer gets an HTTP error status, which the API server treats as a failed call and so

@@ -31,6 +31,10 @@ type ServeConfig struct {
 	Kubeconfig     string // for Events on owners; "" = in-cluster
 	ShutdownPeriod time.Duration
 	Version        string
+	// AuditInterval is the time between audit passes over the pods that asked for injection (Auditor); 0: none.
+	AuditInterval time.Duration
+	// AuditConfiguration is the webhook's MutatingWebhookConfiguration, whose selectors the audit lists.
+	AuditConfiguration string
 }
 
 // ErrServing is a failure of Serve already told in the log (a port it could not listen on, a server that
@@ -95,6 +99,10 @@ func Serve(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 	defer stopCerts()
 	go certs.Run(certCtx, DefaultCertInterval)
 
+	auditCtx, stopAudit := context.WithCancel(ctx)
+	auditDone := startAudit(auditCtx, cfg, reg, log)
+	defer func() { stopAudit(); <-auditDone }()
+
 	errs := make(chan error, 2)
 	go func() { errs <- wsrv.ServeTLS(wln, "", "") }()
 	go func() { errs <- hsrv.Serve(hln) }()
@@ -121,6 +129,33 @@ func Serve(ctx context.Context, cfg ServeConfig, log *slog.Logger) error {
 	}
 	log.Info("exiting")
 	return nil
+}
+
+// startAudit runs the Auditor until ctx is done, when cfg asks for it and the API server can be reached (the
+// in-cluster config or --kubeconfig); the channel is closed when it has returned (at once without an audit).
+func startAudit(ctx context.Context, cfg ServeConfig, reg prometheus.Registerer, log *slog.Logger) <-chan struct{} {
+	done := make(chan struct{})
+	if cfg.AuditInterval <= 0 {
+		close(done)
+		return done
+	}
+	api, err := events.NewReader(cfg.Kubeconfig, "", "shutdown-manager/"+cfg.Version)
+	if err != nil {
+		level := log.Warn
+		if cfg.Kubeconfig == "" && os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+			level = log.Info // not in a cluster and no kubeconfig: a test, a benchmark, a human at a shell
+		}
+		level("audit of uninjected pods disabled", "err", err)
+		close(done)
+		return done
+	}
+	a := NewAuditor(api, AuditConfig{Configuration: cfg.AuditConfiguration, Inject: cfg.Inject, Instance: AuditInstance()}, log, reg)
+	log.Info("auditing uninjected pods", "configuration", cfg.AuditConfiguration, "interval", cfg.AuditInterval.String())
+	go func() {
+		defer close(done)
+		a.Run(ctx, cfg.AuditInterval)
+	}()
+	return done
 }
 
 var _ OwnerEvents = ownerEvents{}

@@ -8,15 +8,21 @@ import (
 	"crypto/x509/pkix"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
 
 // TestDryRunServer applies every golden value set's output to a real kube-apiserver with --dry-run=server and strict
@@ -71,8 +77,9 @@ func TestDryRunServer(t *testing.T) {
 
 // TestInstall installs the default webhook mode for real (helm install against the API server, server-side
 // apply), then upgrades it: the objects are stored, the MutatingWebhookConfiguration trusts the CA in the Secret,
-// the upgrade keeps the same certificate (lookup), and RBAC grants events and nothing else. The Deployment's pods
-// never run (the test has no kubelet), which this test does not need.
+// the upgrade keeps the same certificate (lookup), and RBAC grants events and the audit's reads, nothing else. A pod
+// created with no webhook running is admitted uninjected, and the audit, run as the webhook's ServiceAccount on the
+// chart's configuration, finds it and records its Event. The Deployment's pods never run (the test has no kubelet).
 func TestInstall(t *testing.T) {
 	h := newHelm(t)
 	api := kubetest.Start(t)
@@ -134,6 +141,64 @@ func TestInstall(t *testing.T) {
 	api.Kubectl(t, "run", "envoy", "--namespace", "edge", "--image=envoyproxy/envoy:v1.36.2", "--restart=Never")
 	if got := api.Kubectl(t, "get", "pod", "envoy", "--namespace", "edge", "-o", "jsonpath={.spec.containers[*].name}"); got != "envoy" {
 		t.Errorf("pod containers = %q, want envoy (created, not injected: the webhook is down and failurePolicy is Ignore)", got)
+	}
+
+	// The audit, as the webhook's ServiceAccount with only what the chart grants it and the chart's own
+	// configuration and flags, finds that pod and records its Event.
+	for _, tc := range []struct{ verb, resource, namespace, want string }{
+		{"get", "mutatingwebhookconfigurations/shutdown-manager", "", "yes"},
+		{"get", "mutatingwebhookconfigurations/another", "", "no"},
+		{"update", "mutatingwebhookconfigurations/shutdown-manager", "", "no"},
+		{"list", "pods", "edge", "yes"},
+		{"list", "namespaces", "", "yes"},
+		{"list", "events", "edge", "yes"},
+		{"watch", "pods", "edge", "no"},
+		{"delete", "pods", "edge", "no"},
+	} {
+		args := []string{"auth", "can-i", tc.verb, tc.resource, "--as", webhookSA}
+		if tc.namespace != "" {
+			args = append(args, "--namespace", tc.namespace)
+		}
+		out, _ := api.Command(t.Context(), args...).Output()
+		if got := strings.TrimSpace(string(out)); got != tc.want {
+			t.Errorf("%s can %s %s in %q: %q, want %q", webhookSA, tc.verb, tc.resource, tc.namespace, got, tc.want)
+		}
+	}
+	tok := strings.TrimSpace(api.Kubectl(t, "create", "token", "--namespace", namespace, "shutdown-manager"))
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := os.WriteFile(kc, fmt.Appendf(nil, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %q, certificate-authority: %q}}]
+users: [{name: webhook, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: c, user: webhook}}]
+current-context: c
+`, api.URL, api.CAFile, tok), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reader, err := events.NewReader(kc, "", "shutdown-manager-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d appsv1.Deployment
+	if err := json.Unmarshal([]byte(api.Kubectl(t, "get", "deployment", "shutdown-manager", "--namespace", namespace, "-o", "json")), &d); err != nil {
+		t.Fatal(err)
+	}
+	configuration := ""
+	for _, a := range d.Spec.Template.Spec.Containers[0].Args {
+		if v, ok := strings.CutPrefix(a, "--audit-configuration="); ok {
+			configuration = v
+		}
+	}
+	a := webhook.NewAuditor(reader, webhook.AuditConfig{Configuration: configuration,
+		Inject: inject.Config{Image: "ghcr.io/envoy-shutdown-manager/shutdown-manager:" + releaseVersion}, Instance: "audit@test"}, nil, nil)
+	res, err := a.Pass(t.Context())
+	if err != nil || !slices.Equal(res.Missing, []string{"edge/envoy"}) || res.Recorded != 1 {
+		t.Errorf("audit as the webhook's ServiceAccount (configuration %q): found %v, recorded %d, err %v; want [edge/envoy], 1, nil",
+			configuration, res.Missing, res.Recorded, err)
+	}
+	if got := api.Kubectl(t, "get", "events", "--namespace", "edge", "--field-selector", "reason="+webhook.ReasonMissing,
+		"-o", "jsonpath={.items[*].involvedObject.name}"); got != "envoy" {
+		t.Errorf("%s Events in edge regard %q, want envoy", webhook.ReasonMissing, got)
 	}
 }
 

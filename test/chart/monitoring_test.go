@@ -44,8 +44,9 @@ func (c *capture) Unregister(prometheus.Collector) bool { return false }
 var descFields = regexp.MustCompile(`^Desc\{fqName: "([^"]+)", help: ".*", constLabels: \{(.*)\}, variableLabels: \{(.*)\}\}$`)
 
 // codeMetrics are the metrics the code registers: the drain engine's (drain.NewMetrics), the sidecar's API
-// (server.New), the webhook's (webhook.New and webhook.CertExpiry), and shutdown_manager_build_info
-// (server.BuildInfo, which every long-running command registers), each read from its collectors' descriptors.
+// (server.New), the webhook's (webhook.New, webhook.CertExpiry and its audit's webhook.NewAuditor), and
+// shutdown_manager_build_info (server.BuildInfo, which every long-running command registers), each read from its
+// collectors' descriptors.
 func codeMetrics(t *testing.T) map[string]metricInfo {
 	t.Helper()
 	c := &capture{}
@@ -53,6 +54,7 @@ func codeMetrics(t *testing.T) map[string]metricInfo {
 	server.New(nil, server.Options{Registerer: c})
 	webhook.New(webhook.Options{Registerer: c})
 	c.MustRegister(webhook.CertExpiry(webhook.NewCertFiles("", "", nil)), server.BuildInfo("VERSION"))
+	webhook.NewAuditor(nil, webhook.AuditConfig{}, nil, c)
 	known := map[string]metricInfo{}
 	for _, col := range c.collectors {
 		descs := make(chan *prometheus.Desc, 16)
@@ -88,6 +90,7 @@ func codeMetrics(t *testing.T) map[string]metricInfo {
 	enum("shutdown_manager_drains_total", "outcome", strs(drain.Outcomes))
 	enum("shutdown_manager_drain_phase", "phase", strs(drain.Phases))
 	enum("shutdown_manager_webhook_requests_total", "outcome", strs(webhook.Outcomes))
+	enum("shutdown_manager_webhook_audits_total", "outcome", webhook.AuditOutcomes)
 	return known
 }
 
@@ -289,7 +292,7 @@ func TestMonitoringMetricsExist(t *testing.T) {
 		}
 	}
 	for _, must := range []string{"shutdown_manager_drains_total", "apiserver_admission_webhook_fail_open_count",
-		"shutdown_manager_webhook_certificate_expiry_timestamp_seconds", "shutdown_manager_build_info"} {
+		"shutdown_manager_webhook_certificate_expiry_timestamp_seconds", "shutdown_manager_build_info", "shutdown_manager_webhook_uninjected_pods"} {
 		if !used[must] {
 			t.Errorf("no rule or panel uses %s", must)
 		}

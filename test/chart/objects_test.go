@@ -76,6 +76,20 @@ func only(tb testing.TB, objs []object, kind string, v any) {
 	}
 }
 
+// named decodes the object of kind named name in objs into v; it fails tb unless there is one.
+func named(tb testing.TB, objs []object, kind, name string, v any) {
+	tb.Helper()
+	for _, o := range objs {
+		if o.Kind == kind && o.Metadata.Name == name {
+			if err := yaml.UnmarshalStrict(o.doc, v); err != nil {
+				tb.Fatalf("decoding %s %s: %v", kind, name, err)
+			}
+			return
+		}
+	}
+	tb.Fatalf("no %s %s in helm's output", kind, name)
+}
+
 // verifyServing checks that caPEM is a CA that signed certPEM for the webhook Service's DNS name.
 func verifyServing(caPEM, certPEM []byte, dnsName string) error {
 	roots := x509.NewCertPool()
@@ -178,7 +192,7 @@ func TestWebhookObjects(t *testing.T) {
 	}
 	c := d.Spec.Template.Spec.Containers[0]
 	wantArgs := []string{"webhook", "--listen=:8443", "--tls-cert-file=/tls/tls.crt", "--tls-key-file=/tls/tls.key",
-		"--health-listen=:8081", "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:" + releaseVersion, "--mode=hook", "--binary-from=copy", "--hook=exec",
+		"--health-listen=:8081", "--audit-interval=1m", "--audit-configuration=shutdown-manager", "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:" + releaseVersion, "--mode=hook", "--binary-from=copy", "--hook=exec",
 		"--sidecar-kind=native", "--envoy-command=envoy", "--port=8090", "--metrics-port=9090"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("webhook args = %q\nwant %q", c.Args, wantArgs)
@@ -204,10 +218,64 @@ func TestWebhookObjects(t *testing.T) {
 	}
 
 	var role rbacv1.ClusterRole
-	only(t, objs, "ClusterRole", &role)
+	named(t, objs, "ClusterRole", "shutdown-manager-webhook-events", &role)
 	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{"events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}}}
 	if fmt.Sprint(role.Rules) != fmt.Sprint(wantRules) {
 		t.Errorf("ClusterRole rules = %+v, want %+v (events, nothing else)", role.Rules, wantRules)
+	}
+	// The audit's: its configuration by name (the one --audit-configuration names, the one this chart renders),
+	// and lists; nothing it could change anything with.
+	var audit rbacv1.ClusterRole
+	named(t, objs, "ClusterRole", "shutdown-manager-webhook-audit", &audit)
+	wantAudit := []rbacv1.PolicyRule{
+		{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"mutatingwebhookconfigurations"}, ResourceNames: []string{mwc.Name}, Verbs: []string{"get"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "pods", "events"}, Verbs: []string{"list"}},
+	}
+	if fmt.Sprint(audit.Rules) != fmt.Sprint(wantAudit) {
+		t.Errorf("audit ClusterRole rules = %+v, want %+v", audit.Rules, wantAudit)
+	}
+	if !slices.Contains(c.Args, "--audit-configuration="+mwc.Name) {
+		t.Errorf("webhook args %q do not name the MutatingWebhookConfiguration %s for the audit", c.Args, mwc.Name)
+	}
+	var binding rbacv1.ClusterRoleBinding
+	named(t, objs, "ClusterRoleBinding", "shutdown-manager-webhook-audit", &binding)
+	if binding.RoleRef.Name != audit.Name || len(binding.Subjects) != 1 || binding.Subjects[0].Kind != "ServiceAccount" ||
+		binding.Subjects[0].Name != d.Spec.Template.Spec.ServiceAccountName {
+		t.Errorf("audit ClusterRoleBinding = %+v, want %s bound to the webhook's ServiceAccount %s", binding, audit.Name, d.Spec.Template.Spec.ServiceAccountName)
+	}
+}
+
+// TestAuditOff: webhook.audit.enabled=false turns the audit off in the webhook's flags and renders neither its
+// RBAC nor its alerts.
+func TestAuditOff(t *testing.T) {
+	h := newHelm(t)
+	var vs valueSet
+	for _, v := range valueSets {
+		if v.name == "monitoring" {
+			vs = v
+		}
+	}
+	out := h.must(t, append(vs.templateArgs(h.chart), "--set", "webhook.audit.enabled=false")...)
+	objs := objects(t, out)
+	var d appsv1.Deployment
+	only(t, objs, "Deployment", &d)
+	if args := d.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--audit-interval=0") || slices.ContainsFunc(args, func(a string) bool {
+		return strings.HasPrefix(a, "--audit-configuration")
+	}) {
+		t.Errorf("webhook args = %q, want --audit-interval=0 and no --audit-configuration", args)
+	}
+	for _, o := range objs {
+		if strings.HasSuffix(o.Metadata.Name, "-webhook-audit") {
+			t.Errorf("%s %s rendered with the audit off", o.Kind, o.Metadata.Name)
+		}
+	}
+	for _, alert := range []string{"ShutdownManagerPodsMissing", "ShutdownManagerWebhookAuditFailing"} {
+		if strings.Contains(out, "alert: "+alert) {
+			t.Errorf("alert %s rendered with the audit off", alert)
+		}
+	}
+	if !strings.Contains(out, "alert: ShutdownManagerWebhookFailOpen") {
+		t.Error("the PrometheusRule lost its other alerts")
 	}
 }
 

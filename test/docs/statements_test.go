@@ -185,6 +185,12 @@ func TestRBACStatements(t *testing.T) {
 			}
 		}
 	}
+	// The audit's role (its own file): get of the configuration, list of what it reads; the README says so.
+	audit := verbRE.FindAllStringSubmatch(readRepo(t, "charts/shutdown-manager/templates/webhook-audit-rbac.yaml"), -1)
+	if len(audit) != 2 || audit[0][1] != "get" || audit[1][1] != "list" ||
+		!strings.Contains(flat(readRepo(t, "charts/shutdown-manager/README.md")), "to get its MutatingWebhookConfiguration and list namespaces, pods and events; nothing else") {
+		t.Errorf("webhook-audit-rbac.yaml grants %q; the chart's README must say it gets the configuration and lists namespaces, pods and events", audit)
+	}
 	said := strings.Join(verbs, " and ")
 	for _, f := range []struct{ path, text string }{
 		{"deploy/common/envoy-events-rbac.yaml", "allowed only to " + said + " Events"},
