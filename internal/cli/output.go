@@ -26,6 +26,7 @@ var Outputs = map[string][]string{
 	"inject":         {"yaml", "json"},
 	"uninject":       {"yaml", "json"},
 	"kubectl status": {"table", "wide", "json", "yaml"},
+	"kubectl check":  {"table", "json", "yaml"},
 }
 
 // CheckOutput refuses an -o value that is not one of the command's choices.
