@@ -27,6 +27,7 @@ var Outputs = map[string][]string{
 	"uninject":       {"yaml", "json"},
 	"kubectl status": {"table", "wide", "json", "yaml"},
 	"kubectl check":  {"table", "json", "yaml"},
+	"check":          {"table", "json", "yaml"},
 }
 
 // CheckOutput refuses an -o value that is not one of the command's choices.

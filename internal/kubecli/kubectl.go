@@ -21,7 +21,7 @@ import (
 func kubectlCommands() []cli.Command {
 	return []cli.Command{
 		{Name: "status", Summary: "the drain state of every pod of a workload, read through the API server", Run: runKubectlStatus},
-		{Name: "check", Summary: "verify a workload's pods: injected, grace period, admin reachable, Events writable, image pulled", Run: runKubectlCheck},
+		{Name: "check", Summary: "verify a workload's pods: injected, grace period, admin reachable, Events writable, image pulled", Run: runCheck("kubectl check")},
 	}
 }
 
@@ -93,10 +93,16 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 	return cli.WriteStructured(stdout, *output, rep)
 }
 
-// runKubectlCheck verifies the pods of a workload (or of a label selector), one row per pod and check
-// (kubectl.Check), and fails when a check failed.
-func runKubectlCheck(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
-	fs := flag.NewFlagSet("kubectl check", flag.ContinueOnError)
+// runCheck is the command named name ("check", or the plugin's "kubectl check": the same command) that verifies
+// the pods of a workload (or of a label selector), one row per pod and check (kubectl.Check), and fails when a
+// check failed.
+func runCheck(name string) func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+		return check(ctx, flag.NewFlagSet(name, flag.ContinueOnError), args, stdout)
+	}
+}
+
+func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	tf := targetFlags(fs)
 	liveCheck := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port through the API server's pods/proxy: the admin check then says whether the manager reached Envoy's admin (needs get on pods/proxy)")
 	output := cli.OutputFlag(fs)

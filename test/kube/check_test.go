@@ -186,6 +186,16 @@ func TestKubectlCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("top-level", func(t *testing.T) {
+		// shutdown-manager check is the plugin's check.
+		plugin, _, code := check(t, api.Kubeconfig, "pod/envoy-short")
+		out, err := exec.CommandContext(t.Context(), bin, "check", "pod/envoy-short", "-n", ns, "--kubeconfig", api.Kubeconfig).Output()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || code != 1 || string(out) != plugin {
+			t.Errorf("shutdown-manager check: %v, want exit 1 as kubectl check's %d, and its output:\n%s\nkubectl check's:\n%s", err, code, out, plugin)
+		}
+	})
+
 	t.Run("cannot review", func(t *testing.T) {
 		// The status Role only (docs/cli.md): no right to create localsubjectaccessreviews, so the events check
 		// cannot be made: unknown, and why; not ok, not a failure of the pod.
