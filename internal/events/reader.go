@@ -16,8 +16,8 @@ import (
 )
 
 // Reader reads objects from the API server with the access Events are sent with: a kubeconfig's context, or
-// the pod's service account. It is the kubectl plugin's connection (`kubectl shutdown-manager status`): GETs
-// of JSON, on the same transport, credentials and error reasons as the Events' POST, so the binary has one way
+// the pod's service account. It is the kubectl plugin's connection (`kubectl shutdown-manager status`, `check`):
+// GETs of JSON and POSTs of reviews, on the same transport, credentials and error reasons as the Events' POST, so the binary has one way
 // to reach the API server. Safe for concurrent use.
 type Reader struct {
 	mu sync.Mutex // the sender's transport is built on first use and when the credentials change

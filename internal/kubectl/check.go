@@ -15,7 +15,6 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 )
 
 // API reads the API server (Getter) and POSTs reviews to it (events.Reader): `check` asks whether a pod's
@@ -386,7 +385,7 @@ func mountOf(c *corev1.Container, dir string) (corev1.VolumeMount, bool) {
 func (in *injection) eventsToken() Finding {
 	f := Finding{Check: CheckEvents, Result: ResultFail}
 	c := in.drainer
-	for _, name := range []string{podenv.Name, podenv.Namespace} {
+	for _, name := range []string{events.EnvPodName, events.EnvPodNamespace} {
 		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == name }) {
 			f.Reason = fmt.Sprintf("container %q has no %s: the manager cannot name its pod and records no Events (re-inject)", c.Name, name)
 			return f

@@ -1,7 +1,8 @@
-// Package kubectl is the kubectl plugin's view of a cluster (`kubectl shutdown-manager status`): the pods of
-// a workload, read through the API server, each with its drain state as the pod, its injection status
-// annotation and the manager's Events say. It reads with GETs of JSON (events.Reader: no client-go) and decodes
-// into the k8s.io/api types the binary already carries for inject.
+// Package kubectl is the kubectl plugin's view of a cluster: the pods of a workload, read through the API server,
+// each with its drain state as the pod, its injection status annotation and the manager's Events say
+// (`kubectl shutdown-manager status`: Status), or checked for being ready to drain (`check`: Check). It reads
+// with GETs of JSON and asks reviews with POSTs (events.Reader: no client-go), and decodes into the k8s.io/api
+// types the binary already carries for inject.
 package kubectl
 
 import (

@@ -213,8 +213,8 @@ func TestKubectlCheck(t *testing.T) {
 			t.Errorf("events: %+v; want unknown: may not create localsubjectaccessreviews", f)
 		}
 		// With the review allowed (the Role docs/cli.md adds for check), the answer is the pod's.
-		api.Kubectl(t, "create", "role", "-n", ns, "check-review", "--verb=create", "--resource=localsubjectaccessreviews.authorization.k8s.io")
-		api.Kubectl(t, "create", "rolebinding", "-n", ns, "check-review", "--role=check-review", "--serviceaccount="+ns+":viewer")
+		api.Kubectl(t, "apply", "-n", ns, "-f", filepath.Join(repoRoot, "deploy", "common", "kubectl-plugin-check-role.yaml"))
+		api.Kubectl(t, "create", "rolebinding", "-n", ns, "viewer-check", "--role=shutdown-manager-check", "--serviceaccount="+ns+":viewer")
 		out, _, _ = check(t, kc, "pod/envoy-good", "-o", "json")
 		if f := findings(t, out)["envoy-good"][kubectl.CheckEvents]; f.Result != kubectl.ResultOK {
 			t.Errorf("events with create on localsubjectaccessreviews: %+v; want ok", f)
