@@ -81,6 +81,7 @@ var examples = map[string][]example{
 		{"verify every pod of Contour's Envoy DaemonSet", "kubectl shutdown-manager check daemonset/envoy -n projectcontour"},
 		{"pods by label, as JSON for a script", "kubectl shutdown-manager check -l app=envoy -n edge -o json"},
 		{"with the sidecars' own view of Envoy's admin (needs get on pods/proxy)", "kubectl shutdown-manager check deployment/envoy --live"},
+		{"behind a load balancer that may send new connections for 120s after the pod starts terminating", "kubectl shutdown-manager check deployment/envoy --deregistration-delay 120s"},
 	},
 }
 

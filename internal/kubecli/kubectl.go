@@ -104,6 +104,7 @@ func runCheck(name string) func(ctx context.Context, args []string, stdin io.Rea
 
 func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	tf := targetFlags(fs)
+	lb := fs.Duration("deregistration-delay", 0, "also check that the drain holds for a load balancer that may send new connections this long after the pod starts terminating (an AWS NLB: up to its deregistration delay): its drain timeout covers it and the quiet period's silence after (row deregistration)")
 	liveCheck := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port through the API server's pods/proxy: the admin check then says whether the manager reached Envoy's admin (needs get on pods/proxy)")
 	output := cli.OutputFlag(fs)
 	api, q, err := tf.parse(fs, args, stdout)
@@ -111,7 +112,10 @@ func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Write
 		return err
 	}
 	q.Live = *liveCheck
-	rep, err := kubectl.Check(ctx, api, q, cli.Version)
+	if *lb < 0 {
+		return cli.Usagef("--deregistration-delay must not be negative")
+	}
+	rep, err := kubectl.Check(ctx, api, q, kubectl.CheckOptions{Version: cli.Version, DeregistrationDelay: *lb})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
@@ -40,7 +41,20 @@ const (
 	CheckAdmin    = "admin"        // Envoy's admin address reachable from the container that runs the drain
 	CheckEvents   = "events"       // the drain's container has a token, and its ServiceAccount may create Events
 	CheckImage    = "image"        // the manager's image pulled (kubelet's container statuses)
+	// CheckDeregistration (with CheckOptions.DeregistrationDelay): the drain timeout holds new arrivals for as
+	// long as the load balancer may still send them, and the quiet period's silence after.
+	CheckDeregistration = "deregistration"
 )
+
+// CheckOptions are what Check compares pods with.
+type CheckOptions struct {
+	// Version is this CLI's: an injection by another is a version skew.
+	Version string
+	// DeregistrationDelay, when > 0, is how long after the pod starts terminating a load balancer may still send
+	// it new connections (issue 29: an AWS NLB for its deregistration delay, 30–120 s measured): the
+	// deregistration check is added.
+	DeregistrationDelay time.Duration
+}
 
 // Finding is one check's result on one pod, with a one-line reason that carries the numbers.
 type Finding struct {
@@ -77,23 +91,26 @@ func (r CheckReport) Failed() int {
 	return n
 }
 
-// Check verifies every pod q names as injected and ready to drain (the Check* constants), version being this
-// CLI's. With q.Live, the admin check also reads the manager's own /status where it has an API port (Live).
+// Check verifies every pod q names as injected and ready to drain (the Check* constants), as opts say. With q.Live, the admin check also reads the manager's own /status where it has an API port (Live).
 // One LocalSubjectAccessReview is asked per ServiceAccount. An error is a pod list that could not be read;
 // what one check could not read is that check's unknown.
-func Check(ctx context.Context, api API, q Query, version string) (CheckReport, error) {
+func Check(ctx context.Context, api API, q Query, opts CheckOptions) (CheckReport, error) {
 	ns, selector, pods, err := podsOf(ctx, api, q)
-	rep := CheckReport{Namespace: ns, Target: q.Target, Selector: selector, Version: version}
+	rep := CheckReport{Namespace: ns, Target: q.Target, Selector: selector, Version: opts.Version}
 	if err != nil {
 		return rep, err
 	}
 	reviews := map[string]Finding{} // by ServiceAccount
 	for _, p := range pods {
 		pc := PodCheck{Name: p.Name}
-		in, injected := readInjection(p, version)
+		in, injected := readInjection(p, opts.Version)
 		pc.Findings = append(pc.Findings, injected)
 		if in == nil {
-			for _, c := range []string{CheckGrace, CheckAdmin, CheckEvents, CheckImage} {
+			rest := []string{CheckGrace, CheckAdmin, CheckEvents, CheckImage}
+			if opts.DeregistrationDelay > 0 {
+				rest = append(rest, CheckDeregistration)
+			}
+			for _, c := range rest {
 				pc.Findings = append(pc.Findings, Finding{c, ResultUnknown, "not injected"})
 			}
 			rep.Pods = append(rep.Pods, pc)
@@ -114,6 +131,9 @@ func Check(ctx context.Context, api API, q Query, version string) (CheckReport, 
 			ev = Finding{CheckEvents, r.Result, ev.Reason + "; " + r.Reason}
 		}
 		pc.Findings = append(pc.Findings, in.grace(), in.admin(l), ev, in.image())
+		if opts.DeregistrationDelay > 0 {
+			pc.Findings = append(pc.Findings, in.deregistration(opts.DeregistrationDelay))
+		}
 		rep.Pods = append(rep.Pods, pc)
 	}
 	slices.SortFunc(rep.Pods, func(a, b PodCheck) int { return strings.Compare(a.Name, b.Name) })
@@ -248,25 +268,10 @@ func (in *injection) grace() Finding {
 		have = *g
 	}
 	margin := inject.Margin(in.st.Mode)
-	var timeout time.Duration
-	var from string
-	d, err := in.duration("drain-timeout", -1)
-	switch {
-	case err != nil:
-		f.Result, f.Reason = ResultFail, err.Error()
-		return f
-	case d >= 0:
-		timeout, from = d, "--drain-timeout "+d.String()
-	case in.st.Mode == inject.ModeAgent:
-		tgp, err := in.duration("termination-grace-period", -1)
-		if err != nil || tgp < 0 {
-			f.Result, f.Reason = ResultUnknown, "run has neither --drain-timeout nor --termination-grace-period: the drain timeout is run's default"
-			return f
-		}
-		timeout, from = tgp-margin, "--termination-grace-period "+tgp.String()+" - "+margin.String()
-	default:
-		f.Result, f.Reason = ResultUnknown, "the drain's command line sets no --drain-timeout: the drain uses its default"
-		return f
+	timeout, from, bad := in.drainTimeout()
+	if bad != nil {
+		bad.Check = CheckGrace
+		return *bad
 	}
 	need := inject.GraceNeeded(in.st.Mode, timeout)
 	floor, err := in.floor()
@@ -285,6 +290,65 @@ func (in *injection) grace() Finding {
 	default:
 		f.Result = ResultOK
 		f.Reason = fmt.Sprintf("terminationGracePeriodSeconds %d >= %d needed: drain timeout %s (%s) + %s %s margin", have, need, timeout, from, margin, in.st.Mode)
+	}
+	return f
+}
+
+// drainTimeout is the drain's timeout as its command line sets it, and where from; agent mode without
+// --drain-timeout derives it from --termination-grace-period, as run does. A finding (its Check unset) when it
+// cannot be told.
+func (in *injection) drainTimeout() (time.Duration, string, *Finding) {
+	d, err := in.duration("drain-timeout", -1)
+	switch {
+	case err != nil:
+		return 0, "", &Finding{Result: ResultFail, Reason: err.Error()}
+	case d >= 0:
+		return d, "--drain-timeout " + d.String(), nil
+	case in.st.Mode == inject.ModeAgent:
+		margin := inject.Margin(in.st.Mode)
+		tgp, err := in.duration("termination-grace-period", -1)
+		if err != nil || tgp < 0 {
+			return 0, "", &Finding{Result: ResultUnknown, Reason: "run has neither --drain-timeout nor --termination-grace-period: the drain timeout is run's default"}
+		}
+		return tgp - margin, "--termination-grace-period " + tgp.String() + " - " + margin.String(), nil
+	}
+	return 0, "", &Finding{Result: ResultUnknown, Reason: "the drain's command line sets no --drain-timeout: the drain uses its default"}
+}
+
+// deregistration says whether the drain holds for a load balancer that may send new connections for lb after the
+// pod starts terminating: past its floor the drain waits while arrivals continue, within its timeout, so the
+// timeout must cover lb and then the quiet period's silence (a fixed --quiet-period, or auto's upper bound,
+// drain.AdaptiveQuietMax: a sparse source can need it all). Short of lb it fails; short of the silence it warns.
+func (in *injection) deregistration(lb time.Duration) Finding {
+	f := Finding{Check: CheckDeregistration}
+	timeout, from, bad := in.drainTimeout()
+	if bad != nil {
+		bad.Check = CheckDeregistration
+		return *bad
+	}
+	quiet, what := drain.AdaptiveQuietMax, "--quiet-period auto's upper bound"
+	switch v, ok := in.flag("quiet-period"); {
+	case !ok || v == "auto":
+	default:
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			f.Result, f.Reason = ResultFail, fmt.Sprintf("--quiet-period %q: %v", v, err)
+			return f
+		}
+		quiet, what = d, "--quiet-period "+v
+	}
+	need := lb + quiet
+	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds", need, inject.GraceNeeded(in.st.Mode, need))
+	switch {
+	case timeout < lb:
+		f.Result = ResultFail
+		f.Reason = fmt.Sprintf("drain timeout %s (%s) < %s the load balancer may keep sending: the drain releases, and Envoy stops, while new connections still come (want %s)", timeout, from, lb, fix)
+	case timeout < need:
+		f.Result = ResultWarn
+		f.Reason = fmt.Sprintf("drain timeout %s (%s) leaves %s after the load balancer's %s, less than the %s of silence the quiet period may want (%s) (want %s)", timeout, from, timeout-lb, lb, quiet, what, fix)
+	default:
+		f.Result = ResultOK
+		f.Reason = fmt.Sprintf("drain timeout %s (%s) >= %s the load balancer may keep sending + %s of silence (%s)", timeout, from, lb, quiet, what)
 	}
 	return f
 }

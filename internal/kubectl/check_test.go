@@ -201,3 +201,23 @@ func TestCheckImage(t *testing.T) {
 	vol.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "envoy", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
 	want(t, "image volume, running", mustRead(t, vol).image(), ResultOK, "mounted")
 }
+
+// Issue 29 item 5: a load balancer that keeps sending for a while after the pod starts terminating.
+func TestCheckDeregistration(t *testing.T) {
+	d50, d130 := 50*time.Second, 130*time.Second
+	short := mustRead(t, injectedPod(t, inject.Config{Drain: inject.Drain{Timeout: &d50}}, nil))
+	want(t, "short of the load balancer", short.deregistration(120*time.Second), ResultFail,
+		"drain timeout 50s (--drain-timeout 50s) < 2m0s", "--drain-timeout 2m10s and a grace period of 135s")
+	want(t, "short of the silence", short.deregistration(45*time.Second), ResultWarn, "leaves 5s after", "10s of silence", "auto's upper bound")
+	want(t, "covered", short.deregistration(40*time.Second), ResultOK, ">= 40s", "+ 10s of silence")
+
+	fixed := 2 * time.Second
+	quiet := mustRead(t, injectedPod(t, inject.Config{Drain: inject.Drain{Timeout: &d50, QuietPeriod: &fixed}}, nil))
+	want(t, "a fixed quiet period", quiet.deregistration(45*time.Second), ResultOK, "+ 2s of silence (--quiet-period 2s)")
+
+	long := mustRead(t, injectedPod(t, inject.Config{Drain: inject.Drain{Timeout: &d130}}, nil))
+	want(t, "long enough", long.deregistration(120*time.Second), ResultOK, "2m10s")
+
+	agent := mustRead(t, injectedPod(t, inject.Config{Mode: inject.ModeAgent}, ptr[int64](60)))
+	want(t, "agent, derived", agent.deregistration(60*time.Second), ResultFail, "53s (--termination-grace-period 1m0s - 7s) < 1m0s", "grace period of 77s")
+}

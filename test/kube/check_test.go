@@ -196,6 +196,19 @@ func TestKubectlCheck(t *testing.T) {
 		}
 	})
 
+	t.Run("deregistration", func(t *testing.T) {
+		// A load balancer that keeps sending for 120 s (issue 29 item 5): envoy-good's 50 s drain does not hold.
+		out, _, code := check(t, api.Kubeconfig, "pod/envoy-good", "--deregistration-delay", "120s", "-o", "json")
+		f := findings(t, out)["envoy-good"][kubectl.CheckDeregistration]
+		if code != 1 || f.Result != kubectl.ResultFail || !strings.Contains(f.Reason, "50s (--drain-timeout 50s) < 2m0s") || !strings.Contains(f.Reason, "grace period of 135s") {
+			t.Errorf("exit %d, %+v; want 1 and a failure with the drain timeout, the delay and what to set", code, f)
+		}
+		out, _, code = check(t, api.Kubeconfig, "pod/envoy-good", "--deregistration-delay", "30s", "-o", "json")
+		if f := findings(t, out)["envoy-good"][kubectl.CheckDeregistration]; code != 0 || f.Result != kubectl.ResultOK {
+			t.Errorf("30s: exit %d, %+v; want 0, ok", code, f)
+		}
+	})
+
 	t.Run("cannot review", func(t *testing.T) {
 		// The status Role only (docs/cli.md): no right to create localsubjectaccessreviews, so the events check
 		// cannot be made: unknown, and why; not ok, not a failure of the pod.
