@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os/exec"
+	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // TestKubectlCheck: `shutdown-manager kubectl check` against a real kube-apiserver. The Deployment's pods are
@@ -206,6 +209,39 @@ func TestKubectlCheck(t *testing.T) {
 		out, _, code = check(t, api.Kubeconfig, "pod/envoy-good", "--deregistration-delay", "30s", "-o", "json")
 		if f := findings(t, out)["envoy-good"][kubectl.CheckDeregistration]; code != 0 || f.Result != kubectl.ResultOK {
 			t.Errorf("30s: exit %d, %+v; want 0, ok", code, f)
+		}
+	})
+
+	t.Run("live", func(t *testing.T) {
+		// A sidecar with an HTTP API at this machine's address, a real serve there whose Envoy admin answers
+		// nothing (there is no Envoy): through pods/proxy, --live sees the manager cannot read Envoy, which the
+		// pod spec alone could not tell (the admin address is TCP: the static check passes).
+		ip := hostIP(t)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		pod("envoy-live", "envoy", &inject.Config{Mode: inject.ModeSidecar, Hook: inject.HookHTTP, Port: int32(port), AdminAddress: "http://127.0.0.1:1"},
+			func(p *corev1.Pod) { p.Labels["app"] = "live" })
+		status("envoy-live", `{"phase":"Running","podIP":"`+ip+`"}`)
+		serve, err := testproc.Start(context.Background(), "serve", exec.Command(bin, "serve", "--listen", net.JoinHostPort(ip, strconv.Itoa(port)),
+			"--admin-address", "http://127.0.0.1:1"), filepath.Join(t.TempDir(), "serve.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		serve.StopAtCleanup(t, 5*time.Second)
+		waitHTTP(t, "http://"+net.JoinHostPort(ip, strconv.Itoa(port))+"/healthz")
+
+		out, _, _ := check(t, api.Kubeconfig, "pod/envoy-live", "-o", "json")
+		if f := findings(t, out)["envoy-live"][kubectl.CheckAdmin]; f.Result != kubectl.ResultOK || strings.Contains(f.Reason, "live") {
+			t.Errorf("without --live: %+v; want ok (TCP), nothing live", f)
+		}
+		out, _, code := check(t, api.Kubeconfig, "pod/envoy-live", "--live", "-o", "json")
+		f := findings(t, out)["envoy-live"][kubectl.CheckAdmin]
+		if code != 1 || f.Result != kubectl.ResultFail || !strings.Contains(f.Reason, "live: the manager cannot read Envoy") {
+			t.Errorf("--live: exit %d, %+v; want 1, fail: the manager cannot read Envoy", code, f)
 		}
 	})
 
