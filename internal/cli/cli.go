@@ -68,7 +68,7 @@ func PodCommand(name string) Command {
 }
 
 // ClusterOnly are the commands of the full CLI that the pod binary lacks: asked for one, it says where it lives.
-var ClusterOnly = []string{"inject", "policy", "webhook", "uninject", "completion", "kubectl"}
+var ClusterOnly = []string{"inject", "policy", "webhook", "uninject", "completion", "check", "kubectl"}
 
 // PluginName is the file name kubectl finds the plugin by: `kubectl shutdown-manager …` runs
 // kubectl-shutdown_manager from the PATH (a dash in a plugin's command is an underscore in its file name).

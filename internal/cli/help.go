@@ -73,6 +73,16 @@ var examples = map[string][]example{
 		{"one pod, its Events as YAML", "kubectl shutdown-manager status pod/envoy-7d9c8-x2x4f -o yaml"},
 		{"the same without the plugin link", "shutdown-manager kubectl status statefulset/edge --kubeconfig ./admin.kubeconfig"},
 	},
+	"check": {
+		{"verify every pod of a Deployment (the plugin's check, without kubectl)", "shutdown-manager check deployment/envoy -n edge"},
+		{"one pod, as YAML", "shutdown-manager check pod/envoy-7d9c8-x2x4f -n edge -o yaml --kubeconfig ./admin.kubeconfig"},
+	},
+	"kubectl check": {
+		{"verify every pod of Contour's Envoy DaemonSet", "kubectl shutdown-manager check daemonset/envoy -n projectcontour"},
+		{"pods by label, as JSON for a script", "kubectl shutdown-manager check -l app=envoy -n edge -o json"},
+		{"with the sidecars' own view of Envoy's admin (needs get on pods/proxy)", "kubectl shutdown-manager check deployment/envoy --live"},
+		{"behind a load balancer that may send new connections for 120s after the pod starts terminating", "kubectl shutdown-manager check deployment/envoy --deregistration-delay 120s"},
+	},
 }
 
 // exitCodes are the Exit codes section of each command's help (by FlagSet name); a command not here has
@@ -89,7 +99,12 @@ var exitCodes = map[string][][2]string{
 	"webhook": {{"0", "stopped by SIGTERM or SIGINT"}, {"1", "it could not listen or read its certificate"}, {"2", "bad flags or arguments"}},
 	"kubectl status": {{"0", "the table was printed (whatever the pods' drain states)"},
 		{"1", "the API server could not be reached, refused (Forbidden, NotFound), or the kubeconfig is unusable"}, {"2", "bad flags or arguments"}},
+	"kubectl check": checkExitCodes,
+	"check":         checkExitCodes,
 }
+
+var checkExitCodes = [][2]string{{"0", "every check of every pod is ok, warn or unknown"},
+	{"1", "a check failed (the table says which), no pod matched, or the pods could not be read"}, {"2", "bad flags or arguments"}}
 
 var defaultExitCodes = [][2]string{{"0", "done"}, {"1", "the command failed"}, {"2", "bad flags or arguments"}}
 

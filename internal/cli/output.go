@@ -26,6 +26,8 @@ var Outputs = map[string][]string{
 	"inject":         {"yaml", "json"},
 	"uninject":       {"yaml", "json"},
 	"kubectl status": {"table", "wide", "json", "yaml"},
+	"kubectl check":  {"table", "json", "yaml"},
+	"check":          {"table", "json", "yaml"},
 }
 
 // CheckOutput refuses an -o value that is not one of the command's choices.

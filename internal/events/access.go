@@ -57,7 +57,10 @@ func (s source) name() string {
 }
 
 // serviceAccountDir is where Kubernetes mounts a pod's service account: token, ca.crt, namespace.
-const serviceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
+const serviceAccountDir = ServiceAccountDir
+
+// ServiceAccountDir is where kubelet mounts a pod's ServiceAccount token (automountServiceAccountToken).
+const ServiceAccountDir = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 // podServiceAccountDir is where the in-cluster access is read from: the directory the environment variable
 // podenv.ServiceAccountDir names (inject sets it with a token of the manager's own, in a pod that turns

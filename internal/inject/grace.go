@@ -44,6 +44,19 @@ type gracePlan struct {
 	change  bool          // grace differs from what the pod had (or had none and needs more than the default)
 }
 
+// Margin is the part of the grace period a mode keeps beyond the drain (HookMargin; agent mode: run's stop).
+func Margin(m Mode) time.Duration { return margin(m) }
+
+// GraceNeeded is the terminationGracePeriodSeconds a pod injected in mode m with drain timeout timeout needs:
+// the timeout in whole seconds (rounded up) plus the mode's Margin. planGrace raises a pod's grace period to
+// it; `kubectl shutdown-manager check` compares a live pod's with it.
+func GraceNeeded(m Mode, timeout time.Duration) int64 {
+	return ceilSeconds(timeout) + int64(margin(m)/time.Second)
+}
+
+// DefaultGrace is Kubernetes' terminationGracePeriodSeconds when a pod sets none (30 s).
+const DefaultGrace = defaultGrace
+
 // margin is the part of the grace period a mode keeps beyond the drain.
 func margin(m Mode) time.Duration {
 	if m == ModeAgent {
@@ -70,7 +83,7 @@ func planGrace(s settings, current *int64) gracePlan {
 	} else {
 		timeout = max(have-margin, drain.AddDurations(s.delay, max(s.minDuration, s.quiet), minWait))
 	}
-	need := ceilSeconds(timeout) + int64(margin/time.Second)
+	need := GraceNeeded(s.Mode, timeout)
 	if need <= haveSecs {
 		if s.Drain.Timeout == nil {
 			timeout = have - margin // use all of a longer grace period

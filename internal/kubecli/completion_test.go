@@ -34,7 +34,7 @@ func TestBashCompletion(t *testing.T) {
 		want string // COMPREPLY, space separated
 	}{
 		{"shutdown-manager dr", "drain"},
-		{"shutdown-manager ", "serve drain run resume inject policy webhook uninject status install version completion kubectl"},
+		{"shutdown-manager ", "serve drain run resume inject policy webhook uninject status install version completion check kubectl"},
 		{"shutdown-manager drain --drain-t", "--drain-timeout"},
 		{"shutdown-manager drain --count ", "inflight connections requests"},
 		{"shutdown-manager drain --count=con", "connections"},

@@ -34,7 +34,8 @@ func Commands() []cli.Command {
 		cli.Install(true),
 		cli.PodCommand("version"),
 		{Name: "completion", Summary: "write the shell completion script of bash, zsh or fish", Run: runCompletion},
-		{Name: "kubectl", Summary: "the kubectl plugin (kubectl shutdown-manager status …): the drain state of a workload's pods, through the API server", Run: runKubectl},
+		{Name: "check", Summary: "verify a workload's injected pods through the API server (the plugin's check: kubectl shutdown-manager check …)", Run: runCheck("check")},
+		{Name: "kubectl", Summary: "the kubectl plugin (kubectl shutdown-manager status|check …): the drain state of a workload's pods, or their checks, through the API server", Run: runKubectl},
 	}
 }
 

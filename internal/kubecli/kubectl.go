@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
@@ -20,6 +21,7 @@ import (
 func kubectlCommands() []cli.Command {
 	return []cli.Command{
 		{Name: "status", Summary: "the drain state of every pod of a workload, read through the API server", Run: runKubectlStatus},
+		{Name: "check", Summary: "verify a workload's pods: injected, grace period, admin reachable, Events writable, image pulled", Run: runCheck("kubectl check")},
 	}
 }
 
@@ -66,47 +68,21 @@ func kubectlUsage(w io.Writer) {
 }
 
 // The plugin reads the API server through the Events' access.
-var _ kubectl.Getter = (*events.Reader)(nil)
+var _ kubectl.API = (*events.Reader)(nil)
 
 // runKubectlStatus lists the pods of a workload (or of a label selector) with the drain state of each, read
 // through the API server (kubectl.Status).
 func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
 	fs := flag.NewFlagSet("kubectl status", flag.ContinueOnError)
-	namespace := fs.String("n", "", "the namespace (default: the kubeconfig context's, in a pod its own, else default)")
-	selector := fs.String("l", "", "a label selector, as kubectl's (app=envoy,tier!=canary): the pods it matches, or with a workload those of the workload it matches")
-	kubeconfig := fs.String("kubeconfig", "", "the kubeconfig file (default: the first file of $KUBECONFIG that exists, else ~/.kube/config, else the pod's service account in a cluster); read: the context's cluster server, CA, tls-server-name, proxy-url and its user's client certificate, token or tokenFile, or username and password; not: exec or auth-provider credentials, impersonation, several files merged")
-	kubeContext := fs.String("context", "", "the kubeconfig context to use (default: its current-context)")
+	tf := targetFlags(fs)
 	liveStatus := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port (sidecar mode with --hook http, agent mode with --listen) through the API server's pods/proxy: column LIVE, its phase and what is in flight now (needs get on pods/proxy; error: see -o yaml)")
 	output := cli.OutputFlag(fs)
-	rest, err := cli.ParseArgs(fs, args, stdout)
+	api, q, err := tf.parse(fs, args, stdout)
 	if err != nil {
 		return err
 	}
-	if err := cli.CheckOutput(fs, *output); err != nil {
-		return err
-	}
-	var target string
-	switch {
-	case len(rest) == 1:
-		target = rest[0]
-	case len(rest) == 2 && !strings.Contains(rest[0], "/"): // kubectl's TYPE NAME
-		target = rest[0] + "/" + rest[1]
-	case len(rest) > 1:
-		return cli.Usagef("unexpected argument %q", strings.Join(rest[1:], " "))
-	case *selector == "":
-		return cli.Usagef("name a workload (%s/NAME) or give -l SELECTOR", strings.Join(kubectl.Kinds(), "|"))
-	}
-	if target != "" {
-		if _, _, _, err := kubectl.ParseTarget(target); err != nil {
-			return cli.UsageErr(err)
-		}
-	}
-	path := kubeconfigPath(*kubeconfig)
-	api, err := events.NewReader(path, *kubeContext, "shutdown-manager/"+cli.Version+" (kubectl plugin)")
-	if err != nil {
-		return err
-	}
-	rep, err := kubectl.Status(ctx, api, kubectl.Query{Namespace: cmp.Or(*namespace, api.Namespace), Target: target, Selector: *selector, Live: *liveStatus})
+	q.Live = *liveStatus
+	rep, err := kubectl.Status(ctx, api, q)
 	if err != nil {
 		return err
 	}
@@ -115,6 +91,95 @@ func runKubectlStatus(ctx context.Context, args []string, _ io.Reader, stdout, _
 		return kubectl.WriteTable(stdout, rep, *output == "wide", *liveStatus, time.Now())
 	}
 	return cli.WriteStructured(stdout, *output, rep)
+}
+
+// runCheck is the command named name ("check", or the plugin's "kubectl check": the same command) that verifies
+// the pods of a workload (or of a label selector), one row per pod and check (kubectl.Check), and fails when a
+// check failed.
+func runCheck(name string) func(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	return func(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Writer) error {
+		return check(ctx, flag.NewFlagSet(name, flag.ContinueOnError), args, stdout)
+	}
+}
+
+func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	tf := targetFlags(fs)
+	lb := fs.Duration("deregistration-delay", 0, "also check that the drain holds for a load balancer that may send new connections this long after the pod starts terminating (an AWS NLB: up to its deregistration delay): its drain timeout covers it and the quiet period's silence after (row deregistration)")
+	liveCheck := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port through the API server's pods/proxy: the admin check then says whether the manager reached Envoy's admin (needs get on pods/proxy)")
+	output := cli.OutputFlag(fs)
+	api, q, err := tf.parse(fs, args, stdout)
+	if err != nil {
+		return err
+	}
+	q.Live = *liveCheck
+	if *lb < 0 {
+		return cli.Usagef("--deregistration-delay must not be negative")
+	}
+	rep, err := kubectl.Check(ctx, api, q, kubectl.CheckOptions{Version: cli.Version, DeregistrationDelay: *lb})
+	if err != nil {
+		return err
+	}
+	if *output == "table" {
+		err = kubectl.WriteCheckTable(stdout, rep)
+	} else {
+		err = cli.WriteStructured(stdout, *output, rep)
+	}
+	switch {
+	case err != nil:
+		return err
+	case len(rep.Pods) == 0:
+		return fmt.Errorf("no pods to check in %s (selector %s)", rep.Namespace, rep.Selector)
+	case rep.Failed() > 0:
+		return fmt.Errorf("%w: %d checks failed", agent.ErrReported, rep.Failed())
+	}
+	return nil
+}
+
+// targetFlagValues are the flags of the plugin's commands that name pods and the API server.
+type targetFlagValues struct {
+	namespace, selector, kubeconfig, kubeContext *string
+}
+
+// targetFlags registers -n, -l, --kubeconfig and --context on fs.
+func targetFlags(fs *flag.FlagSet) targetFlagValues {
+	return targetFlagValues{
+		namespace:   fs.String("n", "", "the namespace (default: the kubeconfig context's, in a pod its own, else default)"),
+		selector:    fs.String("l", "", "a label selector, as kubectl's (app=envoy,tier!=canary): the pods it matches, or with a workload those of the workload it matches"),
+		kubeconfig:  fs.String("kubeconfig", "", "the kubeconfig file (default: the first file of $KUBECONFIG that exists, else ~/.kube/config, else the pod's service account in a cluster); read: the context's cluster server, CA, tls-server-name, proxy-url and its user's client certificate, token or tokenFile, or username and password; not: exec or auth-provider credentials, impersonation, several files merged"),
+		kubeContext: fs.String("context", "", "the kubeconfig context to use (default: its current-context)"),
+	}
+}
+
+// parse parses args with fs, checks -o and the target (KIND/NAME, KIND NAME, or -l), and connects to the API server.
+func (tf targetFlagValues) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (*events.Reader, kubectl.Query, error) {
+	rest, err := cli.ParseArgs(fs, args, stdout)
+	if err != nil {
+		return nil, kubectl.Query{}, err
+	}
+	if err := cli.CheckOutput(fs, fs.Lookup("o").Value.String()); err != nil {
+		return nil, kubectl.Query{}, err
+	}
+	var target string
+	switch {
+	case len(rest) == 1:
+		target = rest[0]
+	case len(rest) == 2 && !strings.Contains(rest[0], "/"): // kubectl's TYPE NAME
+		target = rest[0] + "/" + rest[1]
+	case len(rest) > 1:
+		return nil, kubectl.Query{}, cli.Usagef("unexpected argument %q", strings.Join(rest[1:], " "))
+	case *tf.selector == "":
+		return nil, kubectl.Query{}, cli.Usagef("name a workload (%s/NAME) or give -l SELECTOR", strings.Join(kubectl.Kinds(), "|"))
+	}
+	if target != "" {
+		if _, _, _, err := kubectl.ParseTarget(target); err != nil {
+			return nil, kubectl.Query{}, cli.UsageErr(err)
+		}
+	}
+	api, err := events.NewReader(kubeconfigPath(*tf.kubeconfig), *tf.kubeContext, "shutdown-manager/"+cli.Version+" (kubectl plugin)")
+	if err != nil {
+		return nil, kubectl.Query{}, err
+	}
+	return api, kubectl.Query{Namespace: cmp.Or(*tf.namespace, api.Namespace), Target: target, Selector: *tf.selector}, nil
 }
 
 // kubeconfigPath is the kubeconfig file to read, as kubectl finds it: --kubeconfig, else the first file of

@@ -1,7 +1,8 @@
-// Package kubectl is the kubectl plugin's view of a cluster (`kubectl shutdown-manager status`): the pods of
-// a workload, read through the API server, each with its drain state as the pod, its injection status
-// annotation and the manager's Events say. It reads with GETs of JSON (events.Reader: no client-go) and decodes
-// into the k8s.io/api types the binary already carries for inject.
+// Package kubectl is the kubectl plugin's view of a cluster: the pods of a workload, read through the API server,
+// each with its drain state as the pod, its injection status annotation and the manager's Events say
+// (`kubectl shutdown-manager status`: Status), or checked for being ready to drain (`check`: Check). It reads
+// with GETs of JSON and asks reviews with POSTs (events.Reader: no client-go), and decodes into the k8s.io/api
+// types the binary already carries for inject.
 package kubectl
 
 import (
@@ -149,29 +150,10 @@ const pageSize = 500
 
 // Status reads the pods q names and the manager's Events about them, and says each one's drain state.
 func Status(ctx context.Context, api Getter, q Query) (Report, error) {
-	ns := cmp.Or(q.Namespace, "default")
-	rep := Report{Namespace: ns, Target: q.Target, Selector: q.Selector}
-	var pods []corev1.Pod
-	switch resource, group, name, err := parseTargetOrNone(q.Target); {
-	case err != nil:
+	ns, selector, pods, err := podsOf(ctx, api, q)
+	rep := Report{Namespace: ns, Target: q.Target, Selector: selector}
+	if err != nil {
 		return rep, err
-	case resource == "pods":
-		var pod corev1.Pod
-		if err := getJSON(ctx, api, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, &pod); err != nil {
-			return rep, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
-		}
-		pods = []corev1.Pod{pod}
-	default:
-		if resource != "" {
-			sel, err := workloadSelector(ctx, api, ns, group, resource, name)
-			if err != nil {
-				return rep, err
-			}
-			rep.Selector = joinSelectors(sel, q.Selector)
-		}
-		if pods, err = listPods(ctx, api, ns, rep.Selector); err != nil {
-			return rep, err
-		}
 	}
 	byPod, err := managerEvents(ctx, api, ns, pods)
 	if err != nil {
@@ -186,6 +168,30 @@ func Status(ctx context.Context, api Getter, q Query) (Report, error) {
 	}
 	slices.SortFunc(rep.Pods, func(a, b PodStatus) int { return strings.Compare(a.Name, b.Name) })
 	return rep, nil
+}
+
+// podsOf reads the pods q names: its namespace (default: default), the label selector they were listed with
+// (the workload's and q's), and the pods.
+func podsOf(ctx context.Context, api Getter, q Query) (ns, selector string, pods []corev1.Pod, err error) {
+	ns, selector = cmp.Or(q.Namespace, "default"), q.Selector
+	switch resource, group, name, err := parseTargetOrNone(q.Target); {
+	case err != nil:
+		return ns, selector, nil, err
+	case resource == "pods":
+		var pod corev1.Pod
+		if err := getJSON(ctx, api, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, &pod); err != nil {
+			return ns, selector, nil, fmt.Errorf("reading pod %s/%s: %w", ns, name, err)
+		}
+		return ns, selector, []corev1.Pod{pod}, nil
+	case resource != "":
+		sel, err := workloadSelector(ctx, api, ns, group, resource, name)
+		if err != nil {
+			return ns, selector, nil, err
+		}
+		selector = joinSelectors(sel, q.Selector)
+	}
+	pods, err = listPods(ctx, api, ns, selector)
+	return ns, selector, pods, err
 }
 
 func parseTargetOrNone(target string) (resource, group, name string, err error) {

@@ -71,3 +71,23 @@ func Age(d time.Duration) string {
 	}
 	return fmt.Sprintf("%dd", s/86400)
 }
+
+// WriteCheckTable writes rep one row per pod and check: the result and its reason.
+func WriteCheckTable(w io.Writer, rep CheckReport) error {
+	if len(rep.Pods) == 0 {
+		what := rep.Target
+		if what == "" {
+			what = "selector " + rep.Selector
+		}
+		_, err := fmt.Fprintf(w, "No pods found in %s for %s.\n", rep.Namespace, what)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCHECK\tRESULT\tREASON")
+	for _, p := range rep.Pods {
+		for _, f := range p.Findings {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Name, f.Check, f.Result, strings.ReplaceAll(f.Reason, "\t", " "))
+		}
+	}
+	return tw.Flush()
+}
