@@ -898,3 +898,25 @@ func renderTimelineExit(text string) (string, error) {
 	}
 	return fmt.Sprintf("%.0f ms", (exit-hook)*1000), nil
 }
+
+// TestSweepEvidence: the sweep's blocks read what bench/plot.py writes (its sentences and tables, by their
+// wording), and a report without them is an error rather than an empty block.
+func TestSweepEvidence(t *testing.T) {
+	plot := readRepo(t, "bench/plot.py")
+	for _, s := range []string{"Ours with its defaults meets the goal in **{meets} of {rows_goal}** rows.",
+		`"Per rate, over its rows:`, `"rows at 0 failed (every run)"`, `"failed requests, all rows"`,
+		`f"rows at 0 failed and within {WITHIN:g} s of the limit"`, "WITHIN = 1.0", "; the sweep took ", "before and after: "} {
+		if !strings.Contains(plot, s) {
+			t.Errorf("bench/plot.py no longer writes %s: the blocks sweep-goal and sweep-summary read it", s)
+		}
+	}
+	text := readRepo(t, sweepReportFile)
+	for name, render := range map[string]func(string) (string, error){"sweep-goal": renderSweepGoal, "sweep-summary": renderSweepSummary} {
+		if _, err := render(text); err != nil {
+			t.Errorf("%s from %s: %v", name, sweepReportFile, err)
+		}
+		if got, err := render("# Propagation sweep\n"); err == nil {
+			t.Errorf("%s from a report without its figures: %q, want an error", name, got)
+		}
+	}
+}
