@@ -214,6 +214,7 @@ type SweepRun struct {
 	TerminateS   float64        `json:"time_to_terminate_s"` // -1: capped, or Envoy killed by the bench
 	ReleaseS     float64        `json:"release_s"`
 	LastNewS     float64        `json:"last_new_connection_s"`
+	LongestGapS  float64        `json:"longest_gap_s"`      // the longest silence between new connections the client left, from the start to the last one
 	LastEndS     float64        `json:"last_request_end_s"` // see limitOf
 	LimitS       float64        `json:"limit_s"`
 	OverS        float64        `json:"over_limit_s"` // time to terminate - limit (meaningless when TerminateS is -1)
@@ -250,6 +251,25 @@ func limitOf(origin time.Time, reqs []sweepReq) (lastNew, lastEnd, limit float64
 		lastEnd = max(lastEnd, end.Sub(origin).Seconds())
 	}
 	return lastNew, lastEnd, max(lastNew, lastEnd)
+}
+
+// longestGap is the longest silence between two new connections the client opened, from origin to the last
+// one, in seconds: what the manager could have seen of the source (a client starved on a busy machine sends
+// late, and this shows it), to tell the source's silences from the manager's view of them.
+func longestGap(origin time.Time, reqs []sweepReq) float64 {
+	var starts []time.Time
+	for _, r := range reqs {
+		if r.class != "canceled" && !r.start.Before(origin) {
+			starts = append(starts, r.start)
+		}
+	}
+	slices.SortFunc(starts, time.Time.Compare)
+	prev, gap := origin, 0.0
+	for _, at := range starts {
+		gap = max(gap, at.Sub(prev).Seconds())
+		prev = at
+	}
+	return gap
 }
 
 // sweepClient sends the sweep's requests, one connection each, and keeps every outcome.
@@ -525,6 +545,7 @@ func sweepOnce(ctx context.Context, c *config, sp sweepPolicy, src sweepSource, 
 		out.FailedByLen[lengthName(q.length)]++
 	}
 	out.LastNewS, out.LastEndS, out.LimitS = limitOf(origin, cl.reqs)
+	out.LongestGapS = longestGap(origin, cl.reqs)
 	out.TerminateS, out.ReleaseS = secs(origin, t.exit), secs(origin, t.release)
 	out.OverS = out.TerminateS - out.LimitS
 	out.Capped, out.Outcome, out.Hook, out.EnvoyExit = t.capped, t.outcome, t.hook, envoyExit(r, t)

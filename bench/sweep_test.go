@@ -128,3 +128,25 @@ func TestSweepSchedule(t *testing.T) {
 		t.Errorf("bursty, cut at P: got %v, want %v", got, want)
 	}
 }
+
+// TestLongestGap: the longest silence between new connections from the start, the warm-up and the bench's
+// cancels left out.
+func TestLongestGap(t *testing.T) {
+	o := time.Unix(1000, 0)
+	at := func(s float64) sweepReq { return sweepReq{start: o.Add(time.Duration(s * float64(time.Second)))} }
+	canceled := at(9)
+	canceled.class = "canceled"
+	tests := []struct {
+		reqs []sweepReq
+		want float64
+	}{
+		{nil, 0},
+		{[]sweepReq{at(-5), at(0.5)}, 0.5},
+		{[]sweepReq{at(3), at(0.1), at(1), canceled}, 2},
+	}
+	for _, tc := range tests {
+		if got := longestGap(o, tc.reqs); !near(got, tc.want) {
+			t.Errorf("longestGap(%v): got %v, want %v", tc.reqs, got, tc.want)
+		}
+	}
+}
