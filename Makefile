@@ -79,10 +79,13 @@ demo: build
 bench:
 	./bench/run.sh $(BENCH_ARGS)
 
-# The propagation sweep alone (issue 19): clients open new connections for P = 0.5, 2, 5, 10, 20 s after termination
-# begins while requests of several lengths run; fixed floors, ours with --quiet-period, the peers. Failed requests
-# and time to terminate against the physical limit: bench/results/{SWEEP.md,sweep.png,sweep.json}. About 11
-# minutes on 2 CPUs (one run per row; BENCH_ARGS=-sweep-runs=2: 22, measured); BENCH_ARGS=-quick: P = 2 and 10 s, one run, about 4 minutes.
+# The propagation sweep alone (issues 19, 29): clients open new connections for P = 0.5 to 20 s after termination
+# begins, at random at 50/s, 5/s, 0.5/s, 0.2/s and in bursts, while requests of several lengths run; ours with its
+# defaults and with a fixed 3 s quiet period, a fixed 5 s wait, the peers. Failed requests and time to terminate
+# against the physical limit, row by row against issue 29's goal: bench/results/{SWEEP.md,sweep.png,sweep.json}.
+# About 20-25 minutes on 2 busy CPUs (one run per row; its time is in SWEEP.md); BENCH_ARGS="-sweep-rates 50/s,bursty
+# -sweep-policies ours,ours-fixed3" for a part; -sweep-policies all adds the other fixed waits and ours' variants;
+# BENCH_ARGS=-quick: P = 2 and 10 s at every rate, one run.
 bench-sweep:
 	./bench/run.sh -scenarios sweep $(BENCH_ARGS)
 

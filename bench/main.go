@@ -51,9 +51,10 @@ type config struct {
 	propagation   time.Duration   // clients keep sending new requests this long after termination begins
 	sampleEvery   time.Duration   // stats sampling interval during the load scenario
 	pollConfigs   string          // "clusters:listeners,..."
-	sweepP        []time.Duration // the sweep's propagation delays
+	sweepP        []time.Duration // the sweep's propagation delays, for every rate (nil: each rate's own)
+	sweepRates    []string        // the sweep's rates (empty: all)
 	sweepRuns     int             // runs of the sweep per P and policy
-	sweepPolicies []string        // the sweep's policies (empty: all)
+	sweepPolicies []string        // the sweep's policies (empty: sweepDefaultPolicies; "all": every one)
 	noRun         bool            // leave out the `run` policy even if the binary has it
 	quick         bool            // one run of everything, short caps: a smoke test
 	commandLine   string          // how this run was started, for the report
@@ -65,7 +66,7 @@ type config struct {
 
 func main() {
 	var c config
-	var scen, pols, sweepP, sweepPols string
+	var scen, pols, sweepP, sweepPols, sweepRateList string
 	flag.StringVar(&c.manager, "manager", "bin/shutdown-manager", "the shutdown-manager binary")
 	flag.StringVar(&c.contourBin, "contour-bin", os.Getenv("CONTOUR_BIN"),
 		"Contour's `contour` binary to run instead of the model (env CONTOUR_BIN; bench/run.sh builds it by default)")
@@ -89,15 +90,19 @@ func main() {
 	flag.DurationVar(&c.propagation, "propagation", time.Second, "clients keep starting new requests this long after termination begins (endpoint removal)")
 	flag.DurationVar(&c.sampleEvery, "sample", 100*time.Millisecond, "stats sampling interval during the load scenario")
 	flag.StringVar(&c.pollConfigs, "poll-configs", "10:10,1000:10,10000:10,10:500,10000:500", "clusters:listeners configurations of the poll-cost scenario")
-	flag.StringVar(&sweepP, "sweep-p", durationsList(sweepPropagations), "the sweep's propagation delays P: clients open new connections this long after termination begins")
-	flag.IntVar(&c.sweepRuns, "sweep-runs", 1, "runs of the sweep per P and policy")
-	flag.StringVar(&sweepPols, "sweep-policies", "", "comma-separated policies of the sweep (default all): fixed0s,fixed1s,fixed2s,fixed5s,fixed10s,ours,ours-low,ours-noquiet,contour,envoygateway")
+	flag.StringVar(&sweepP, "sweep-p", "", "the sweep's propagation delays P for every rate (default: each rate's own, "+
+		durationsList(sweepPropagations)+" at 50/s, fewer at the others): clients open new connections this long after termination begins")
+	flag.StringVar(&sweepRateList, "sweep-rates", "", "comma-separated arrival rates of the sweep (default all): "+sweepRateNames())
+	flag.IntVar(&c.sweepRuns, "sweep-runs", 1, "runs of the sweep per rate, P and policy")
+	flag.StringVar(&sweepPols, "sweep-policies", "", "comma-separated policies of the sweep (default "+strings.Join(sweepDefaultPolicies, ",")+
+		"; all: every one): fixed0s,fixed1s,fixed2s,fixed5s,fixed10s,ours,ours-fixed3,ours-low,ours-noquiet,contour,envoygateway")
 	flag.BoolVar(&c.noRun, "no-run", false, "leave out the `run` policy")
 	flag.BoolVar(&c.quick, "quick", false, "a smoke test: one run of everything, short caps (peers that need longer show as capped)")
 	flag.Parse()
 	c.scenarios = splitList(scen)
 	c.policies = splitList(pols)
 	c.sweepPolicies = splitList(sweepPols)
+	c.sweepRates = splitList(sweepRateList)
 	for _, f := range splitList(sweepP) {
 		d, err := time.ParseDuration(f)
 		if err != nil || d < 0 {
@@ -116,7 +121,7 @@ func main() {
 		c.pollConfigs = "10:10,1000:10"
 		c.sampleEvery = 250 * time.Millisecond
 		c.sweepRuns = 1
-		if sweepP == durationsList(sweepPropagations) {
+		if sweepP == "" {
 			c.sweepP = []time.Duration{2 * time.Second, 10 * time.Second}
 		}
 	}

@@ -5,7 +5,8 @@
 #   bench/run.sh -quick                   # a smoke test of every scenario and table (about 8 minutes)
 #   bench/run.sh -scenarios latency,idle  # some scenarios only
 #   bench/run.sh -scenarios sweep         # the propagation sweep alone (`make bench-sweep`): SWEEP.md, sweep.png,
-#                                         # sweep.json; -sweep-p 500ms,2s -sweep-runs 1 -sweep-policies ours,fixed5s
+#                                         # sweep.json; -sweep-rates 50/s,bursty -sweep-p 500ms,2s -sweep-runs 1
+#                                         # -sweep-policies ours,fixed5s (all: every policy)
 #   BENCH_OUT=/tmp/bench bench/run.sh     # somewhere else than bench/results
 #   CONTOUR_BIN=~/src/contour/contour ENVOY_GATEWAY_BIN=~/src/gateway/bin/envoy-gateway bench/run.sh
 #                                         # the peers' binaries of your choice; or -contour-bin PATH /

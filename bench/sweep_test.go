@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -88,5 +89,64 @@ func TestSweepRequestOnRealEnvoy(t *testing.T) {
 	e.Stop()
 	if r := sweepRequest(ctx, e.HTTPAddr, time.Now(), 0); r.class != testbed.ClassRefused {
 		t.Errorf("after Envoy exited: class %q, want %q", r.class, testbed.ClassRefused)
+	}
+}
+
+// TestSweepSchedule: Poisson arrivals come in order inside the window at about the rate, the same for a seed;
+// a bursty source's bursts begin with termination.
+func TestSweepSchedule(t *testing.T) {
+	from, to := -3*time.Second, 20*time.Second
+	src := sweepSource{name: "50/s", perS: 50}
+	got := src.schedule(sweepSeed("50/s", to, 1), from, to)
+	// 1150 expected; a Poisson count's standard deviation is its square root, about 34.
+	if n := len(got); n < 1000 || n > 1300 {
+		t.Errorf("50/s for 23 s: %d arrivals, want about 1150", n)
+	}
+	for i, at := range got {
+		if at < from || at >= to || (i > 0 && at < got[i-1]) {
+			t.Fatalf("arrival %d at %s: out of order or outside [%s, %s)", i, at, from, to)
+		}
+	}
+	if again := src.schedule(sweepSeed("50/s", to, 1), from, to); !slices.Equal(got, again) {
+		t.Error("the same seed drew another schedule")
+	}
+	if other := src.schedule(sweepSeed("50/s", to, 2), from, to); slices.Equal(got, other) {
+		t.Error("another run drew the same schedule")
+	}
+	bursty := sweepSource{name: "bursty", perS: 20.0 / 3, burst: 3, burstInt: 3 * time.Second, burstPace: 20 * time.Millisecond}
+	ms := func(ds ...int) []time.Duration {
+		var out []time.Duration
+		for _, d := range ds {
+			out = append(out, time.Duration(d)*time.Millisecond)
+		}
+		return out
+	}
+	if got, want := bursty.schedule(0, -3*time.Second, 5*time.Second), ms(-3000, -2980, -2960, 0, 20, 40, 3000, 3020, 3040); !slices.Equal(got, want) {
+		t.Errorf("bursty: got %v, want %v", got, want)
+	}
+	if got, want := bursty.schedule(0, 0, 3030*time.Millisecond), ms(0, 20, 40, 3000, 3020); !slices.Equal(got, want) {
+		t.Errorf("bursty, cut at P: got %v, want %v", got, want)
+	}
+}
+
+// TestLongestGap: the longest silence between new connections from the start, the warm-up and the bench's
+// cancels left out.
+func TestLongestGap(t *testing.T) {
+	o := time.Unix(1000, 0)
+	at := func(s float64) sweepReq { return sweepReq{start: o.Add(time.Duration(s * float64(time.Second)))} }
+	canceled := at(9)
+	canceled.class = "canceled"
+	tests := []struct {
+		reqs []sweepReq
+		want float64
+	}{
+		{nil, 0},
+		{[]sweepReq{at(-5), at(0.5)}, 0.5},
+		{[]sweepReq{at(3), at(0.1), at(1), canceled}, 2},
+	}
+	for _, tc := range tests {
+		if got := longestGap(o, tc.reqs); !near(got, tc.want) {
+			t.Errorf("longestGap(%v): got %v, want %v", tc.reqs, got, tc.want)
+		}
 	}
 }

@@ -34,6 +34,7 @@ const (
 	timelineRunFile    = "docs/timeline/run.txt"
 	timelineEventsFile = "docs/timeline/events.csv"
 	benchReportFile    = "bench/results/REPORT.md"
+	sweepReportFile    = "bench/results/SWEEP.md"
 	webhookRunFile     = "bench/results/webhook.json"
 )
 
@@ -58,6 +59,8 @@ var evidenceBlocks = map[string]evidenceBlock{
 	"timeline-requests":     {timelineRunFile, renderTimelineRequests},
 	"bench-written":         {benchReportFile, renderBenchWritten},
 	"bench-headlines":       {benchReportFile, renderBenchHeadlines},
+	"sweep-goal":            {sweepReportFile, renderSweepGoal},
+	"sweep-summary":         {sweepReportFile, renderSweepSummary},
 	"webhook-committed":     {webhookRunFile, renderWebhookCommitted},
 }
 
@@ -742,6 +745,75 @@ func renderBenchHeadlines(text string) (string, error) {
 	return "\n" + strings.Join(table, "\n") + "\n\n" + strings.Join(list, "\n") + "\n", nil
 }
 
+var (
+	sweepProduced = regexp.MustCompile(`(?m)^Produced by .*?, finished (\d{4}-\d\d-\d\d)T(\d\d:\d\d):\d\dZ: .*?; the sweep took ([\d.]+) min\. ` +
+		`Load average \(1, 5, 15 min\) before and after: (.*?) on (\d+) CPUs`)
+	sweepMeets = regexp.MustCompile(`(?m)^Ours with its defaults meets the goal in \*\*(\d+) of (\d+)\*\* rows\.$`)
+)
+
+// renderSweepGoal is the sweep report's verdict on issue 29's goal (rows where ours with its defaults lost
+// nothing and let Envoy go within 1 s of the physical limit) and its table per rate, as the report has them.
+func renderSweepGoal(text string) (string, error) {
+	m := sweepProduced.FindStringSubmatch(text)
+	if m == nil {
+		return "", fmt.Errorf("no line %q", sweepProduced)
+	}
+	g := sweepMeets.FindStringSubmatch(text)
+	if g == nil {
+		return "", fmt.Errorf("no line %q", sweepMeets)
+	}
+	i := strings.Index(text, "\nPer rate, over its rows")
+	if i < 0 {
+		return "", fmt.Errorf("no table per rate")
+	}
+	var table []string
+	for _, l := range strings.Split(text[i+1:], "\n")[1:] {
+		if strings.HasPrefix(l, "|") {
+			table = append(table, l)
+		} else if len(table) > 0 {
+			break
+		}
+	}
+	if len(table) < 3 {
+		return "", fmt.Errorf("the table per rate has %d lines", len(table))
+	}
+	return fmt.Sprintf("\nThe committed sweep (finished %s %s UTC, %s min; load average before and after %s on %s CPUs): "+
+		"ours with its defaults meets the goal in **%s of %s** rows. Per rate, over its rows: failed requests, and the "+
+		"time over the limit where 0 failed (s):\n\n%s\n", m[1], m[2], m[3], m[4], m[5], g[1], g[2], strings.Join(table, "\n")), nil
+}
+
+// renderSweepSummary is the sweep report's summary per policy, for a sentence: for ours (its defaults and its
+// variants) the rows at 0 failed and within 1 s of the limit, for the others the rows where requests failed.
+func renderSweepSummary(text string) (string, error) {
+	const zeroCol, nearCol, failedCol = "rows at 0 failed (every run)", "rows at 0 failed and within 1 s of the limit", "failed requests, all rows"
+	for _, tb := range mdTables(text) {
+		if tb.need("policy", zeroCol, nearCol, failedCol) != nil {
+			continue
+		}
+		var parts []string
+		for _, r := range tb.rows {
+			zero, n, ok1 := strings.Cut(tb.get(r, zeroCol), " of ")
+			near, _, ok2 := strings.Cut(tb.get(r, nearCol), " of ")
+			z, err1 := strconv.Atoi(zero)
+			rows, err2 := strconv.Atoi(n)
+			if !ok1 || !ok2 || err1 != nil || err2 != nil {
+				return "", fmt.Errorf("summary row %q: want \"N of M\" counts", r)
+			}
+			label := tb.get(r, "policy")
+			if strings.HasPrefix(label, "ours") {
+				parts = append(parts, fmt.Sprintf("%s: %s failed, %s of %d rows within 1 s of the limit", label, tb.get(r, failedCol), near, rows))
+			} else {
+				parts = append(parts, fmt.Sprintf("%s: requests failed in %d of %d rows", label, rows-z, rows))
+			}
+		}
+		if len(parts) == 0 {
+			return "", fmt.Errorf("the summary per policy has no rows")
+		}
+		return strings.Join(parts, "; "), nil
+	}
+	return "", fmt.Errorf("no summary per policy (a table with the columns policy, %q, %q, %q)", zeroCol, nearCol, failedCol)
+}
+
 // webhookRun is one run of bench/webhookload, as bench/results/webhook.json holds it.
 type webhookRun struct {
 	Date     string  `json:"date"`
@@ -825,4 +897,26 @@ func renderTimelineExit(text string) (string, error) {
 		return "", err
 	}
 	return fmt.Sprintf("%.0f ms", (exit-hook)*1000), nil
+}
+
+// TestSweepEvidence: the sweep's blocks read what bench/plot.py writes (its sentences and tables, by their
+// wording), and a report without them is an error rather than an empty block.
+func TestSweepEvidence(t *testing.T) {
+	plot := readRepo(t, "bench/plot.py")
+	for _, s := range []string{"Ours with its defaults meets the goal in **{meets} of {rows_goal}** rows.",
+		`"Per rate, over its rows:`, `"rows at 0 failed (every run)"`, `"failed requests, all rows"`,
+		`f"rows at 0 failed and within {WITHIN:g} s of the limit"`, "WITHIN = 1.0", "; the sweep took ", "before and after: "} {
+		if !strings.Contains(plot, s) {
+			t.Errorf("bench/plot.py no longer writes %s: the blocks sweep-goal and sweep-summary read it", s)
+		}
+	}
+	text := readRepo(t, sweepReportFile)
+	for name, render := range map[string]func(string) (string, error){"sweep-goal": renderSweepGoal, "sweep-summary": renderSweepSummary} {
+		if _, err := render(text); err != nil {
+			t.Errorf("%s from %s: %v", name, sweepReportFile, err)
+		}
+		if got, err := render("# Propagation sweep\n"); err == nil {
+			t.Errorf("%s from a report without its figures: %q, want an error", name, got)
+		}
+	}
 }
