@@ -13,12 +13,7 @@ import (
 // injection recorded and the last Event's note.
 func WriteTable(w io.Writer, rep Report, wide, live bool, now time.Time) error {
 	if len(rep.Pods) == 0 {
-		what := rep.Target
-		if what == "" {
-			what = "selector " + rep.Selector
-		}
-		_, err := fmt.Fprintf(w, "No pods found in %s for %s.\n", rep.Namespace, what)
-		return err
+		return noPods(w, rep.Namespace, rep.Target, rep.Selector)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	head := []string{"NAME", "READY", "STATUS", "MODE", "DRAIN", "LAST-EVENT", "AGE"}
@@ -75,12 +70,7 @@ func Age(d time.Duration) string {
 // WriteCheckTable writes rep one row per pod and check: the result and its reason.
 func WriteCheckTable(w io.Writer, rep CheckReport) error {
 	if len(rep.Pods) == 0 {
-		what := rep.Target
-		if what == "" {
-			what = "selector " + rep.Selector
-		}
-		_, err := fmt.Fprintf(w, "No pods found in %s for %s.\n", rep.Namespace, what)
-		return err
+		return noPods(w, rep.Namespace, rep.Target, rep.Selector)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 3, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCHECK\tRESULT\tREASON")
@@ -90,4 +80,14 @@ func WriteCheckTable(w io.Writer, rep CheckReport) error {
 		}
 	}
 	return tw.Flush()
+}
+
+// noPods writes kubectl's line for a target that matched no pod.
+func noPods(w io.Writer, namespace, target, selector string) error {
+	what := target
+	if what == "" {
+		what = "selector " + selector
+	}
+	_, err := fmt.Fprintf(w, "No pods found in %s for %s.\n", namespace, what)
+	return err
 }

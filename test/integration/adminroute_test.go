@@ -55,12 +55,7 @@ func TestAdminRoutedReadiness(t *testing.T) {
 				t.Logf("envoy %s, admin on unix=%v: drain with probes on %s every 200 ms took %s: %s (%s)", bin.Version, unix, probes, f.Duration, f.Outcome, f.Reason)
 				// The quiet phase ends at the floor: the probes are no new traffic. (The drain itself may end a
 				// little later on a busy machine: a probe in flight is work in flight like any other.)
-				var quiet logLine
-				for _, l := range p.logLines() {
-					if l.str("msg") == "drain phase ended" && l.str("phase") == "quiet" {
-						quiet = l
-					}
-				}
+				quiet := p.quietPhase()
 				ended, _ := time.ParseDuration(quiet.str("elapsed"))
 				if f.Outcome != "drained" || ended < 5*time.Second || ended > 6*time.Second || !strings.Contains(quiet.str("reason"), "no new traffic seen") {
 					t.Errorf("drain %s after %s (%s), quiet phase ended at %s (%s); want it at the 5 s floor with no new traffic seen: the probes held it",

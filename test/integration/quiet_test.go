@@ -97,12 +97,7 @@ func runQuietCases(t *testing.T, flags []string, cases []quietCase) {
 				if f.Outcome != "drained" {
 					t.Fatalf("outcome %s (%s), want drained", f.Outcome, f.Reason)
 				}
-				quiet := p.waitLog(t, "drain phase ended", time.Second) // the first; find the quiet one below
-				for _, l := range p.logLines() {
-					if l.str("msg") == "drain phase ended" && l.str("phase") == "quiet" {
-						quiet = l
-					}
-				}
+				quiet := p.quietPhase()
 				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, quiet.str("reason"))
 				// starts waits until the traffic's schedule ends: a request after the release must show.
 				lo, hi := drain.DefaultMinDuration, drain.DefaultMinDuration+time.Second
@@ -217,6 +212,17 @@ func TestWebSocketHeldPastDeadline(t *testing.T) {
 	})
 }
 
+// quietPhase returns the log line saying why the quiet phase ended ("drain phase ended", phase quiet), or nil.
+func (p *proc) quietPhase() logLine {
+	var quiet logLine
+	for _, l := range p.logLines() {
+		if l.str("msg") == "drain phase ended" && l.str("phase") == "quiet" {
+			quiet = l
+		}
+	}
+	return quiet
+}
+
 // logLines returns the JSON log lines so far.
 func (p *proc) logLines() []logLine {
 	p.mu.Lock()
@@ -265,12 +271,7 @@ func TestQuietPeriodHealthCheckedListener(t *testing.T) {
 				if f.Outcome != "drained" {
 					t.Fatalf("outcome %s (%s), want drained", f.Outcome, f.Reason)
 				}
-				reason := ""
-				for _, l := range p.logLines() {
-					if l.str("msg") == "drain phase ended" && l.str("phase") == "quiet" {
-						reason = l.str("reason")
-					}
-				}
+				reason := p.quietPhase().str("reason")
 				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, reason)
 				if f.Duration < tc.min || f.Duration > tc.max {
 					t.Errorf("drain took %s, want %s to %s", f.Duration, tc.min, tc.max)
