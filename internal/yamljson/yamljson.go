@@ -9,6 +9,7 @@ package yamljson
 import (
 	"encoding"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strconv"
@@ -64,6 +65,11 @@ func concrete(t reflect.Type) reflect.Type {
 	return nil
 }
 
+// ErrKeyCollision reports a mapping with two keys that become one JSON key: different YAML scalars with the same
+// text (`0` and `! 0`, the integer and the string; `true` and `"true"`). sigs.k8s.io/yaml keeps whichever its
+// map iteration visits last, a different one from run to run; Unmarshal refuses the document instead.
+var ErrKeyCollision = errors.New("two keys of a mapping become the same JSON key")
+
 // jsonable converts a value decoded by yaml.v2 into one encoding/json can marshal, for a target of type t.
 func jsonable(obj any, t reflect.Type) (any, error) {
 	t = concrete(t)
@@ -74,6 +80,9 @@ func jsonable(obj any, t reflect.Type) (any, error) {
 			key, err := keyString(k)
 			if err != nil {
 				return nil, fmt.Errorf("%w (value %#v)", err, v)
+			}
+			if _, dup := m[key]; dup {
+				return nil, fmt.Errorf("%w: %q", ErrKeyCollision, key)
 			}
 			var vt reflect.Type
 			switch {
