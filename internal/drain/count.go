@@ -62,11 +62,11 @@ type Counts struct {
 	// cannot be told from a client's). On a listener whose every filter chain is an HTTP manager, a new
 	// connection is not traffic until it carries a request: a load balancer's TCP health check on the traffic
 	// port (AWS NLB's default, every 10 s from each of its nodes; HAProxy's plain check; Azure's TCP probe)
-	// opens and closes connections that never do, and would hold the quiet period forever. Nil without the listener configuration: it
-	// alone tells a readiness listener's probes from traffic. Envoy counts a probe in both counters within
-	// one callback on a worker, and one /stats answer reads them one after the other: on a mixed manager the
-	// requests still in flight are left out (a probe between its two counts is in flight), and Rising keeps
-	// the dip of a probe answered but still in flight from reading as a new request.
+	// opens and closes connections that never do, and would hold the quiet period forever. Nil without the
+	// listener configuration: it alone tells a readiness listener's probes from traffic. Envoy counts a probe
+	// in both counters within one callback on a worker, and one /stats answer reads them one after the other:
+	// on a mixed manager the requests still in flight are left out (a probe between its two counts is in
+	// flight), and Rising keeps the dip of a probe answered but still in flight from reading as a new request.
 	Watched map[string]int64
 	// Rising are the scopes of Watched whose value can dip for a moment (a mixed manager's: its probes
 	// answered but still in flight) and must be read as the highest seen: a dip is no new traffic on recovery.
