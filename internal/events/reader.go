@@ -3,9 +3,11 @@ package events
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -152,3 +154,41 @@ func (r *Reader) CreateEvent(ctx context.Context, e Event, instance string) erro
 
 // ReadTimeout bounds one GET, connection included: a page of 500 pods from a busy API server.
 const ReadTimeout = 30 * time.Second
+
+// Getter GETs a path of the API server with a query: a *Reader, or a test's fake.
+type Getter interface {
+	Get(ctx context.Context, path string, query url.Values) ([]byte, error)
+}
+
+// EachPage GETs every page of the list at path (q: its query; its "continue" is set page by page) and hands
+// each page's items, undecoded, to fn.
+func EachPage(ctx context.Context, api Getter, path string, q url.Values, fn func(items json.RawMessage) error) error {
+	q = maps.Clone(q)
+	if q == nil {
+		q = url.Values{}
+	}
+	for {
+		b, err := api.Get(ctx, path, q)
+		if err != nil {
+			return err
+		}
+		var list struct {
+			Metadata struct {
+				Continue string `json:"continue"`
+			} `json:"metadata"`
+			Items json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			return fmt.Errorf("decoding %s: %w", path, err)
+		}
+		if len(list.Items) > 0 {
+			if err := fn(list.Items); err != nil {
+				return fmt.Errorf("decoding %s: %w", path, err)
+			}
+		}
+		if list.Metadata.Continue == "" {
+			return nil
+		}
+		q.Set("continue", list.Metadata.Continue)
+	}
+}

@@ -23,9 +23,7 @@ import (
 )
 
 // Getter GETs a path of the API server (events.Reader).
-type Getter interface {
-	Get(ctx context.Context, path string, query url.Values) ([]byte, error)
-}
+type Getter = events.Getter
 
 // Query is what to show: the pods of Target (KIND/NAME, as kubectl names objects), or those Selector matches,
 // in Namespace.
@@ -242,7 +240,7 @@ func listPods(ctx context.Context, api Getter, ns, selector string) ([]corev1.Po
 	if selector != "" {
 		q.Set("labelSelector", selector)
 	}
-	err := eachPage(ctx, api, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods", q, func(raw json.RawMessage) error {
+	err := events.EachPage(ctx, api, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods", q, func(raw json.RawMessage) error {
 		var page []corev1.Pod
 		if err := json.Unmarshal(raw, &page); err != nil {
 			return err
@@ -272,7 +270,7 @@ func managerEvents(ctx context.Context, api Getter, ns string, pods []corev1.Pod
 	if len(pods) == 1 {
 		q.Set("fieldSelector", "involvedObject.kind=Pod,involvedObject.name="+pods[0].Name)
 	}
-	err := eachPage(ctx, api, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", q, func(raw json.RawMessage) error {
+	err := events.EachPage(ctx, api, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", q, func(raw json.RawMessage) error {
 		var page []corev1.Event
 		if err := json.Unmarshal(raw, &page); err != nil {
 			return err
@@ -308,30 +306,6 @@ func eventTime(e corev1.Event) time.Time {
 		return e.FirstTimestamp.Time
 	}
 	return e.CreationTimestamp.Time
-}
-
-// eachPage GETs a list page by page (limit, continue) and hands each page's items to fn.
-func eachPage(ctx context.Context, api Getter, path string, q url.Values, fn func(items json.RawMessage) error) error {
-	for {
-		var list struct {
-			Metadata struct {
-				Continue string `json:"continue"`
-			} `json:"metadata"`
-			Items json.RawMessage `json:"items"`
-		}
-		if err := getJSON(ctx, api, path, q, &list); err != nil {
-			return err
-		}
-		if len(list.Items) > 0 {
-			if err := fn(list.Items); err != nil {
-				return fmt.Errorf("decoding %s: %w", path, err)
-			}
-		}
-		if list.Metadata.Continue == "" {
-			return nil
-		}
-		q.Set("continue", list.Metadata.Continue)
-	}
 }
 
 func getJSON(ctx context.Context, api Getter, path string, q url.Values, v any) error {

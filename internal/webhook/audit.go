@@ -262,11 +262,11 @@ func (a *Auditor) selected(ctx context.Context) ([]*corev1.Pod, error) {
 		return nil, fmt.Errorf("decoding the MutatingWebhookConfiguration %s: %w", a.cfg.Configuration, err)
 	}
 	var namespaces []corev1.Namespace
-	if err := listAll(ctx, a.api, "/api/v1/namespaces", "", func(b []byte) (string, error) {
-		var l corev1.NamespaceList
-		err := json.Unmarshal(b, &l)
-		namespaces = append(namespaces, l.Items...)
-		return l.Continue, err
+	if err := events.EachPage(ctx, a.api, "/api/v1/namespaces", pageQuery(""), func(items json.RawMessage) error {
+		var page []corev1.Namespace
+		err := json.Unmarshal(items, &page)
+		namespaces = append(namespaces, page...)
+		return err
 	}); err != nil {
 		return nil, fmt.Errorf("listing namespaces: %w", err)
 	}
@@ -301,19 +301,19 @@ func (a *Auditor) selected(ctx context.Context) ([]*corev1.Pod, error) {
 			slices.Sort(paths)
 		}
 		for _, path := range paths {
-			err := listAll(ctx, a.api, path, objSel.String(), func(b []byte) (string, error) {
-				var l corev1.PodList
-				if err := json.Unmarshal(b, &l); err != nil {
-					return "", err
+			err := events.EachPage(ctx, a.api, path, pageQuery(objSel.String()), func(items json.RawMessage) error {
+				var page []corev1.Pod
+				if err := json.Unmarshal(items, &page); err != nil {
+					return err
 				}
-				for i := range l.Items {
-					p := &l.Items[i]
+				for i := range page {
+					p := &page[i]
 					if in[p.Namespace] && !seen[p.UID] {
 						seen[p.UID] = true
 						pods = append(pods, p)
 					}
 				}
-				return l.Continue, nil
+				return nil
 			})
 			if err != nil {
 				return nil, fmt.Errorf("listing pods: %w", err)
@@ -323,29 +323,13 @@ func (a *Auditor) selected(ctx context.Context) ([]*corev1.Pod, error) {
 	return pods, nil
 }
 
-// listAll GETs every page of a list at path, handing each page's body to page, which returns the list's
-// continue token.
-func listAll(ctx context.Context, api AuditAPI, path, labelSelector string, page func([]byte) (string, error)) error {
-	next := ""
-	for {
-		q := url.Values{"limit": {fmt.Sprint(auditPage)}}
-		if labelSelector != "" {
-			q.Set("labelSelector", labelSelector)
-		}
-		if next != "" {
-			q.Set("continue", next)
-		}
-		body, err := api.Get(ctx, path, q)
-		if err != nil {
-			return err
-		}
-		if next, err = page(body); err != nil {
-			return fmt.Errorf("decoding %s: %w", path, err)
-		}
-		if next == "" {
-			return nil
-		}
+// pageQuery is a list's query: auditPage items a page, those labelSelector selects ("": all).
+func pageQuery(labelSelector string) url.Values {
+	q := url.Values{"limit": {fmt.Sprint(auditPage)}}
+	if labelSelector != "" {
+		q.Set("labelSelector", labelSelector)
 	}
+	return q
 }
 
 // createsPods reports whether rules send the API server's CREATE of a core/v1 pod to the webhook.
