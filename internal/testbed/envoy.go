@@ -161,8 +161,9 @@ type Options struct {
 	HealthCheckedListener bool
 	// AdminRouteListener adds the listener [AdminRouteListener], Contour's shape of a readiness endpoint:
 	// an HTTP manager (stat_prefix "stats") that passes GET [ReadinessPath] and /stats to the static cluster
-	// [AdminCluster], whose one endpoint is the admin address. It needs AdminUnix or AdminPort (an address
-	// known before Envoy starts).
+	// [AdminCluster], whose one endpoint is the admin address. That address must be known before Envoy
+	// starts: with neither AdminUnix nor AdminPort, Start picks a free loopback port, and picks again when
+	// another process takes it before Envoy binds it.
 	AdminRouteListener bool
 	// WebSocket lets HTTPListener's HTTP manager upgrade connections to WebSockets (upgrade_configs), which
 	// the Upstream answers at [WebSocketPath].
@@ -236,6 +237,39 @@ type Envoy struct {
 // if started, has been killed and reaped; the error includes the end of
 // Envoy's log when that is in Dir/envoy.log.
 func Start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy, error) {
+	if !opts.AdminRouteListener || opts.AdminUnix || opts.AdminPort != 0 {
+		return start(ctx, bin, up, opts)
+	}
+	// A port free a moment ago can be taken by the time Envoy binds it (tests run side by side): a few
+	// tries, each with a new port, and only that failure is tried again.
+	var err error
+	for range adminPortTries {
+		o := opts
+		if o.AdminPort, err = freeLoopbackPort(); err != nil {
+			return nil, err
+		}
+		var e *Envoy
+		if e, err = start(ctx, bin, up, o); err == nil || !strings.Contains(err.Error(), "Address already in use") {
+			return e, err
+		}
+	}
+	return nil, err
+}
+
+// adminPortTries is how many ports Start tries for an AdminRouteListener's TCP admin.
+const adminPortTries = 5
+
+// freeLoopbackPort is a TCP port on 127.0.0.1 that was free a moment ago.
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("testbed: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func start(ctx context.Context, bin Binary, up *Upstream, opts Options) (*Envoy, error) {
 	if opts.Dir == "" || up == nil {
 		return nil, errors.New("testbed: Options.Dir and the Upstream are required")
 	}

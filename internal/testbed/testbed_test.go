@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -215,6 +217,20 @@ func TestStartErrors(t *testing.T) {
 	_, err := Start(t.Context(), bins[0], up, Options{Dir: t.TempDir(), Args: []string{"--config-yaml", "{bogus: 1}"}})
 	if err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Errorf("Start with a bad config: %v, want an exit error", err)
+	}
+	// A taken admin port: Envoy's error is the one Start picks another port on for an AdminRouteListener.
+	port, err := freeLoopbackPort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, err = Start(t.Context(), bins[0], up, Options{Dir: t.TempDir(), AdminPort: port, AdminRouteListener: true})
+	if err == nil || !strings.Contains(err.Error(), "Address already in use") {
+		t.Errorf("Start on a taken admin port: %v, want Envoy's \"Address already in use\"", err)
 	}
 }
 

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -24,11 +23,7 @@ func TestAdminRoutedReadiness(t *testing.T) {
 		for _, unix := range []bool{true, false} {
 			t.Run(fmt.Sprintf("unix=%v", unix), func(t *testing.T) {
 				t.Parallel()
-				opts := testbed.Options{AdminRouteListener: true, AdminUnix: unix}
-				if !unix {
-					opts.AdminPort = freeLoopbackPort(t)
-				}
-				e := startEnvoy(t, bin, opts)
+				e := startEnvoy(t, bin, testbed.Options{AdminRouteListener: true, AdminUnix: unix})
 				ctx := testContext(t)
 				addr, err := envoyadmin.ParseAddress(e.AdminURL)
 				if err != nil {
@@ -64,15 +59,4 @@ func TestAdminRoutedReadiness(t *testing.T) {
 			})
 		}
 	})
-}
-
-// freeLoopbackPort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freeLoopbackPort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
