@@ -1,7 +1,6 @@
 package events
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,9 +17,10 @@ import (
 )
 
 // Reader reads objects from the API server with the access Events are sent with: a kubeconfig's context, or
-// the pod's service account. It is the kubectl plugin's connection (`kubectl shutdown-manager status`, `check`):
-// GETs of JSON and POSTs of reviews, on the same transport, credentials and error reasons as the Events' POST, so the binary has one way
-// to reach the API server. Safe for concurrent use.
+// the pod's service account. It is the webhook's audit's connection (in its pod: the webhook's service
+// account): GETs of JSON and Events it waits for, on the same transport, credentials and error reasons as the
+// drain's Events. (The kubectl plugin connects with client-go instead: internal/kubeapi.) Safe for concurrent
+// use.
 type Reader struct {
 	mu sync.Mutex // the sender's transport is built on first use and when the credentials change
 	s  *sender
@@ -70,16 +70,6 @@ func NotFound(err error) bool {
 // Get GETs path (as /api/v1/namespaces/NS/pods) with query and returns the answer's body; an answer other than
 // 2xx is an error carrying the API server's reason and message (NotFound tells a missing object).
 func (r *Reader) Get(ctx context.Context, path string, query url.Values) ([]byte, error) {
-	return r.do(ctx, http.MethodGet, path, query, nil)
-}
-
-// Post POSTs body (JSON) to path and returns the answer's body, as Get. The plugin creates nothing with it but
-// reviews whose answer is the object itself (a LocalSubjectAccessReview: may this user do that?).
-func (r *Reader) Post(ctx context.Context, path string, body []byte) ([]byte, error) {
-	return r.do(ctx, http.MethodPost, path, nil, body)
-}
-
-func (r *Reader) do(ctx context.Context, method, path string, query url.Values, body []byte) ([]byte, error) {
 	r.mu.Lock()
 	tr, token, err := r.s.credentials()
 	r.mu.Unlock()
@@ -90,16 +80,9 @@ func (r *Reader) do(ctx context.Context, method, path string, query url.Values, 
 	if len(query) > 0 {
 		u += "?" + query.Encode()
 	}
-	var in io.Reader
-	if body != nil {
-		in = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, u, in)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, fmt.Errorf("building the request: %w", err)
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")
 	req.Header.Set("User-Agent", r.s.userAgent)
@@ -116,21 +99,15 @@ func (r *Reader) do(ctx context.Context, method, path string, query url.Values, 
 	defer resp.Body.Close()
 	answer, err := io.ReadAll(io.LimitReader(resp.Body, maxObject+1))
 	if err != nil {
-		return nil, fmt.Errorf("reading the answer to %s %s (%s): %w", method, path, resp.Status, err)
+		return nil, fmt.Errorf("reading the answer to GET %s (%s): %w", path, resp.Status, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, fmt.Errorf("%s %s: %w", method, path, answerError(resp.StatusCode, resp.Status, answer))
+		return nil, fmt.Errorf("GET %s: %w", path, answerError(resp.StatusCode, resp.Status, answer))
 	}
 	if len(answer) > maxObject {
-		return nil, fmt.Errorf("%s %s: the answer is over %d MiB", method, path, maxObject>>20)
+		return nil, fmt.Errorf("GET %s: the answer is over %d MiB", path, maxObject>>20)
 	}
 	return answer, nil
-}
-
-// Forbidden reports whether err is the API server's answer that the caller may not do what it asked.
-func Forbidden(err error) bool {
-	ae, ok := errors.AsType[*apiError](err)
-	return ok && ae.code == http.StatusForbidden
 }
 
 // CreateEvent records e, which must name its object (Event.Regarding), in that object's namespace, with

@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubeapi"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
 )
 
@@ -68,7 +66,7 @@ func kubectlUsage(w io.Writer) {
 }
 
 // The plugin reads the API server through the Events' access.
-var _ kubectl.API = (*events.Reader)(nil)
+var _ kubectl.API = (*kubeapi.Client)(nil)
 
 // runKubectlStatus lists the pods of a workload (or of a label selector) with the drain state of each, read
 // through the API server (kubectl.Status).
@@ -145,13 +143,13 @@ func targetFlags(fs *flag.FlagSet) targetFlagValues {
 	return targetFlagValues{
 		namespace:   fs.String("n", "", "the namespace (default: the kubeconfig context's, in a pod its own, else default)"),
 		selector:    fs.String("l", "", "a label selector, as kubectl's (app=envoy,tier!=canary): the pods it matches, or with a workload those of the workload it matches"),
-		kubeconfig:  fs.String("kubeconfig", "", "the kubeconfig file (default: the first file of $KUBECONFIG that exists, else ~/.kube/config, else the pod's service account in a cluster); read: the context's cluster server, CA, tls-server-name, proxy-url and its user's client certificate, token or tokenFile, or username and password; not: exec or auth-provider credentials, impersonation, several files merged"),
+		kubeconfig:  fs.String("kubeconfig", "", "the kubeconfig file (default: the files of $KUBECONFIG merged, else ~/.kube/config, else the pod's service account in a cluster), read as kubectl reads it: exec credential plugins (EKS, GKE, AKS logins), client certificates, tokens, impersonation"),
 		kubeContext: fs.String("context", "", "the kubeconfig context to use (default: its current-context)"),
 	}
 }
 
 // parse parses args with fs, checks -o and the target (KIND/NAME, KIND NAME, or -l), and connects to the API server.
-func (tf targetFlagValues) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (*events.Reader, kubectl.Query, error) {
+func (tf targetFlagValues) parse(fs *flag.FlagSet, args []string, stdout io.Writer) (*kubeapi.Client, kubectl.Query, error) {
 	rest, err := cli.ParseArgs(fs, args, stdout)
 	if err != nil {
 		return nil, kubectl.Query{}, err
@@ -175,30 +173,9 @@ func (tf targetFlagValues) parse(fs *flag.FlagSet, args []string, stdout io.Writ
 			return nil, kubectl.Query{}, cli.UsageErr(err)
 		}
 	}
-	api, err := events.NewReader(kubeconfigPath(*tf.kubeconfig), *tf.kubeContext, "shutdown-manager/"+cli.Version+" (kubectl plugin)")
+	api, err := kubeapi.New(*tf.kubeconfig, *tf.kubeContext, "shutdown-manager/"+cli.Version+" (kubectl plugin)")
 	if err != nil {
 		return nil, kubectl.Query{}, err
 	}
 	return api, kubectl.Query{Namespace: cmp.Or(*tf.namespace, api.Namespace), Target: target, Selector: *tf.selector}, nil
-}
-
-// kubeconfigPath is the kubeconfig file to read, as kubectl finds it: --kubeconfig, else the first file of
-// $KUBECONFIG that exists (kubectl merges them all; here only one is read), else ~/.kube/config when it
-// exists, else "" (the pod's service account).
-func kubeconfigPath(flagValue string) string {
-	if flagValue != "" {
-		return flagValue
-	}
-	for _, p := range filepath.SplitList(os.Getenv("KUBECONFIG")) {
-		if _, err := os.Stat(p); p != "" && err == nil {
-			return p
-		}
-	}
-	if home, err := os.UserHomeDir(); err == nil {
-		p := filepath.Join(home, ".kube", "config")
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
 }

@@ -12,13 +12,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
-// API reads the API server (Getter) and POSTs reviews to it (events.Reader): `check` asks whether a pod's
+// API reads the API server (Getter) and POSTs reviews to it (kubeapi.Client): `check` asks whether a pod's
 // ServiceAccount may create Events with a LocalSubjectAccessReview, whose answer is the review itself.
 type API interface {
 	Getter
@@ -493,7 +494,7 @@ func reviewEvents(ctx context.Context, api API, ns, sa string) Finding {
 	}
 	answer, err := api.Post(ctx, "/apis/authorization.k8s.io/v1/namespaces/"+url.PathEscape(ns)+"/localsubjectaccessreviews", body)
 	switch {
-	case events.Forbidden(err):
+	case apierrors.IsForbidden(err):
 		return Finding{CheckEvents, ResultUnknown, fmt.Sprintf("cannot ask whether %s may create Events: you may not create localsubjectaccessreviews (authorization.k8s.io) in %s", user, ns)}
 	case err != nil:
 		return Finding{CheckEvents, ResultUnknown, fmt.Sprintf("asking whether %s may create Events: %v", user, err)}

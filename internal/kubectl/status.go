@@ -1,8 +1,8 @@
 // Package kubectl is the kubectl plugin's view of a cluster: the pods of a workload, read through the API server,
 // each with its drain state as the pod, its injection status annotation and the manager's Events say
 // (`kubectl shutdown-manager status`: Status), or checked for being ready to drain (`check`: Check). It reads
-// with GETs of JSON and asks reviews with POSTs (events.Reader: no client-go), and decodes into the k8s.io/api
-// types the binary already carries for inject.
+// with GETs of JSON and asks reviews with POSTs (kubeapi.Client: client-go's kubeconfig loading and transport),
+// and decodes into the k8s.io/api types the binary already carries for inject.
 package kubectl
 
 import (
@@ -22,7 +22,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
-// Getter GETs a path of the API server (events.Reader).
+// Getter GETs a path of the API server (kubeapi.Client).
 type Getter = events.Getter
 
 // Query is what to show: the pods of Target (KIND/NAME, as kubectl names objects), or those Selector matches,

@@ -121,12 +121,12 @@ spec:
 	if out, err := exec.Command(bin, "install", "--kubectl-plugin", pluginDir).CombinedOutput(); err != nil {
 		t.Fatalf("install --kubectl-plugin: %v\n%s", err, out)
 	}
-	plugin := func(t *testing.T, args ...string) (string, error) {
+	pluginWith := func(t *testing.T, kubeconfigs string, args ...string) (string, error) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, filepath.Join(api.BinDir, "kubectl"), append([]string{"shutdown-manager"}, args...)...)
-		cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+kc)
+		cmd.Env = append(os.Environ(), "PATH="+pluginDir+string(os.PathListSeparator)+os.Getenv("PATH"), "KUBECONFIG="+kubeconfigs)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -134,6 +134,10 @@ spec:
 			return string(out) + stderr.String(), err
 		}
 		return string(out), nil
+	}
+	plugin := func(t *testing.T, args ...string) (string, error) {
+		t.Helper()
+		return pluginWith(t, kc, args...)
 	}
 
 	want := map[string]struct{ status, mode, drain, last string }{
@@ -232,6 +236,56 @@ current-context: default-ns
 		out, err := plugin(t, "status", "deployment/envoy", "--context", "edge", "--kubeconfig", ctxs)
 		if err != nil || strings.Count(out, "\n") != 1+len(want) {
 			t.Errorf("--context edge: %v, want the 5 pods of edge:\n%s", err, out)
+		}
+	})
+
+	t.Run("exec credentials and merged KUBECONFIG", func(t *testing.T) {
+		// The login of EKS, GKE and AKS: the user's token comes from an exec plugin, here a script that prints
+		// the viewer's token as an ExecCredential and leaves a mark that it ran. And the cluster and the user are
+		// in two files that only $KUBECONFIG's merge puts together, as kubectl merges them.
+		dir := t.TempDir()
+		marks := filepath.Join(dir, "exec-ran")
+		cred := filepath.Join(dir, "credential.sh")
+		writeFile(t, cred, []byte(`#!/bin/sh
+echo "$KUBERNETES_EXEC_INFO" >> "`+marks+`"
+printf '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"%s"}}' "$VIEWER_TOKEN"
+`))
+		if err := os.Chmod(cred, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		clusterFile := filepath.Join(dir, "cluster")
+		writeFile(t, clusterFile, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+api.URL+`", certificate-authority: "`+api.CAFile+`"}}]
+contexts: [{name: cloud, context: {cluster: c, user: cloud-login, namespace: `+ns+`}}]
+current-context: cloud
+`))
+		userFile := filepath.Join(dir, "user")
+		writeFile(t, userFile, []byte(`apiVersion: v1
+kind: Config
+users:
+- name: cloud-login
+  user:
+    exec:
+      apiVersion: client.authentication.k8s.io/v1
+      command: `+cred+`
+      env: [{name: VIEWER_TOKEN, value: "`+viewer+`"}]
+      interactiveMode: Never
+`))
+		merged := clusterFile + string(os.PathListSeparator) + userFile
+		out, err := pluginWith(t, merged, "status", "deployment/envoy")
+		if err != nil || strings.Count(out, "\n") != 1+len(want) {
+			t.Errorf("KUBECONFIG=%s (an exec credential): %v, want the %d pods of %s:\n%s", merged, err, len(want), ns, out)
+		}
+		ran, err := os.ReadFile(marks)
+		if err != nil || !strings.Contains(string(ran), `"kind":"ExecCredential"`) {
+			t.Errorf("the exec plugin's marks: %v %q; want it run with KUBERNETES_EXEC_INFO", err, ran)
+		}
+		// Controls: either file alone does not name both the cluster and the user.
+		for _, alone := range []string{clusterFile, userFile} {
+			if out, err := pluginWith(t, alone, "status", "deployment/envoy", "-n", ns); err == nil {
+				t.Errorf("KUBECONFIG=%s alone succeeded; want a failure:\n%s", alone, out)
+			}
 		}
 	})
 
