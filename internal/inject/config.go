@@ -119,6 +119,11 @@ type Config struct {
 	NoAPIToken bool
 
 	Drain Drain
+	// DeregistrationDelay, when > 0, is how long after the pod starts terminating a load balancer may still send
+	// it new connections (an AWS NLB: up to its deregistration delay; measured 30–120 s). A derived drain timeout
+	// covers it and then the quiet period's longest silence (DeregistrationNeed), the grace period raised to fit;
+	// a --drain-timeout given shorter is kept, and DeregistrationShortfall says so with the numbers.
+	DeregistrationDelay time.Duration
 }
 
 // Drain holds the drain flags inject passes on; nil or empty = not passed. Each field is a row of
@@ -160,9 +165,10 @@ const (
 	AnnotationCount              = Prefix + "count"
 	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
 	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
-	AnnotationTokenSecret = Prefix + "token-secret" // sidecar mode, hook http: the Secret holding the token (as --token-secret)
-	AnnotationTakeover    = Prefix + "takeover"     // "true": take over a peer's shutdown manager (as --takeover)
-	AnnotationAPIToken    = Prefix + "api-token"    // "false": no token of the manager's own where automount is off (as --api-token=false)
+	AnnotationTokenSecret         = Prefix + "token-secret"         // sidecar mode, hook http: the Secret holding the token (as --token-secret)
+	AnnotationTakeover            = Prefix + "takeover"             // "true": take over a peer's shutdown manager (as --takeover)
+	AnnotationAPIToken            = Prefix + "api-token"            // "false": no token of the manager's own where automount is off (as --api-token=false)
+	AnnotationDeregistrationDelay = Prefix + "deregistration-delay" // how long the load balancer may still send new connections (a duration, as --deregistration-delay)
 
 	// AnnotationStatus is written by Inject: what was injected, by which version, and what it replaced.
 	AnnotationStatus = Prefix + "status"
@@ -249,6 +255,9 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 			return settings{}, fmt.Errorf("token secret %q: only sidecar mode with the http hook listens on a port a token must guard (mode %s, hook %s); the exec hook's unix socket is in the pod's own volume", s.TokenSecret, s.Mode, s.Hook)
 		}
 	}
+	if s.DeregistrationDelay < 0 {
+		return settings{}, fmt.Errorf("deregistration delay %s is negative", s.DeregistrationDelay)
+	}
 	if s.Port == s.MetricsPort {
 		return settings{}, fmt.Errorf("port and metrics port are both %d", s.Port)
 	}
@@ -334,6 +343,12 @@ func (s *settings) annotations(a map[string]string) error {
 				return bad(err)
 			}
 			s.SidecarKind = SidecarKind(v)
+		case AnnotationDeregistrationDelay:
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return bad(fmt.Errorf("want a duration >= 0, such as 120s"))
+			}
+			s.DeregistrationDelay = d
 		case AnnotationTokenSecret:
 			if err := validSecretName(v); err != nil {
 				return bad(err)
@@ -360,7 +375,8 @@ func (s *settings) annotations(a map[string]string) error {
 // knownAnnotations: inject's own, then one per row of DrainSettings.
 var knownAnnotations = func() []string {
 	known := []string{AnnotationInject, AnnotationMode, AnnotationBinaryFrom, AnnotationHook, AnnotationSidecarKind,
-		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTokenSecret, AnnotationTakeover, AnnotationAPIToken, AnnotationStatus}
+		AnnotationEnvoyContainer, AnnotationEnvoyCommand, AnnotationTokenSecret, AnnotationTakeover, AnnotationAPIToken,
+		AnnotationDeregistrationDelay, AnnotationStatus}
 	for _, d := range DrainSettings {
 		known = append(known, d.Annotation())
 	}

@@ -86,6 +86,12 @@ var goldenCases = []struct {
 	{"grace-fits-timeout", func(c *Config) { c.Drain.Timeout = dur("20s") }},
 	{"agent-grace-short", func(c *Config) { c.Mode = ModeAgent }},
 	{"agent-grace-raised-for-timeout", func(c *Config) { c.Mode, c.Drain.Timeout = ModeAgent, dur("60s") }},
+	// A load balancer's deregistration delay: the derived drain timeout covers it and the quiet period's
+	// longest silence (auto: 10 s); a longer grace period is used whole; the annotation with a fixed quiet period.
+	{"grace-raised-for-deregistration", func(c *Config) { c.DeregistrationDelay = 120 * time.Second }},
+	{"grace-long-deregistration", func(c *Config) { c.DeregistrationDelay = 120 * time.Second }},
+	{"annotation-deregistration-delay", nil},
+	{"bad-annotation-deregistration-delay", nil},
 	// Existing hooks, finding Envoy, names.
 	{"existing-prestop", nil},
 	{"existing-prestop-replaced", func(c *Config) { c.ReplaceHooks = true }},

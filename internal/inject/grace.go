@@ -82,6 +82,9 @@ func planGrace(s settings, current *int64) gracePlan {
 		timeout = *s.Drain.Timeout
 	} else {
 		timeout = max(have-margin, drain.AddDurations(s.delay, max(s.minDuration, s.quiet), minWait))
+		if s.DeregistrationDelay > 0 {
+			timeout = max(timeout, DeregistrationNeed(s.DeregistrationDelay, s.Drain.QuietPeriod))
+		}
 	}
 	need := GraceNeeded(s.Mode, timeout)
 	if need <= haveSecs {
@@ -106,3 +109,45 @@ func ceilSeconds(d time.Duration) int64 {
 	}
 	return s
 }
+
+// DeregistrationNeed is the drain timeout a load balancer that may send new connections for lb after the pod
+// starts terminating needs: past its floor the drain holds while arrivals continue, so the timeout covers lb
+// and then the quiet period's longest silence (a fixed quiet period, or auto's upper bound,
+// drain.AdaptiveQuietMax: a sparse source can need it all). quiet nil is auto.
+func DeregistrationNeed(lb time.Duration, quiet *time.Duration) time.Duration {
+	silence := drain.AdaptiveQuietMax
+	if quiet != nil {
+		silence = *quiet
+	}
+	return drain.AddDurations(lb, silence)
+}
+
+// DeregistrationShortfall says, for a pod inject injected (its status annotation), why its drain timeout cannot
+// hold it through the load balancer's deregistration delay it recorded, with the numbers and the settings that
+// would; "" when it can, or when no delay was given. (A --drain-timeout given shorter is kept as given.)
+func DeregistrationShortfall(st Status) string {
+	lb, err := time.ParseDuration(st.Settings[settingDeregistrationDelay])
+	if err != nil || lb <= 0 {
+		return ""
+	}
+	timeout, err := time.ParseDuration(st.DrainTimeout)
+	if err != nil {
+		return ""
+	}
+	var quiet *time.Duration
+	if q, err := time.ParseDuration(st.Settings["quiet-period"]); err == nil {
+		quiet = &q
+	}
+	need := DeregistrationNeed(lb, quiet)
+	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds, or no --drain-timeout: inject then sizes both", need, GraceNeeded(st.Mode, need))
+	switch {
+	case timeout < lb:
+		return fmt.Sprintf("drain timeout %s < the load balancer's deregistration delay %s: the drain releases, and Envoy stops, while new connections may still come (want %s)", timeout, lb, fix)
+	case timeout < need:
+		return fmt.Sprintf("drain timeout %s leaves %s after the load balancer's deregistration delay %s, less than the %s of silence the quiet period may want (want %s)", timeout, timeout-lb, lb, need-lb, fix)
+	}
+	return ""
+}
+
+// settingDeregistrationDelay is the key of Config.DeregistrationDelay in Status.Settings.
+const settingDeregistrationDelay = "deregistration-delay"

@@ -251,6 +251,9 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 	if set.ImagePullPolicy != "" {
 		recorded["image-pull-policy"] = string(set.ImagePullPolicy)
 	}
+	if set.DeregistrationDelay > 0 {
+		recorded[settingDeregistrationDelay] = set.DeregistrationDelay.String()
+	}
 	if set.Mode == ModeSidecar && set.Hook == HookHTTP {
 		recorded["port"], recorded["metrics-port"] = strconv.Itoa(int(set.Port)), strconv.Itoa(int(set.MetricsPort))
 		if set.TokenSecret != "" {

@@ -137,6 +137,68 @@ func TestOptedOut(t *testing.T) {
 	}
 }
 
+// TestDeregistration: a load balancer's deregistration delay sizes a derived drain timeout (the delay, then
+// the quiet period's longest silence: auto's 10 s, or a fixed one), never shortens a longer one, and leaves a
+// requested --drain-timeout as it is; DeregistrationShortfall, from the pod's status, says when that timeout
+// cannot hold the pod through the delay, with the settings that would.
+func TestDeregistration(t *testing.T) {
+	for _, tt := range []struct {
+		name        string
+		lb          time.Duration
+		quiet       *time.Duration
+		timeout     *time.Duration
+		grace       int64
+		wantTimeout time.Duration
+		wantGrace   int64
+		shortfall   string // "" = none
+	}{
+		{"auto quiet: 120s + 10s", 2 * time.Minute, nil, nil, 30, 130 * time.Second, 135, ""},
+		{"a fixed quiet period: 60s + 3s", time.Minute, dur("3s"), nil, 10, 63 * time.Second, 68, ""},
+		{"a longer grace period is used whole", 2 * time.Minute, nil, nil, 300, 295 * time.Second, 300, ""},
+		{"agent mode's margin", 2 * time.Minute, nil, nil, 30, 130 * time.Second, 137, ""},
+		{"a requested timeout shorter than the delay is kept", 2 * time.Minute, nil, dur("60s"), 30, 60 * time.Second, 65,
+			"drain timeout 1m0s < the load balancer's deregistration delay 2m0s: the drain releases, and Envoy stops, while new connections may still come (want --drain-timeout 2m10s and a grace period of 135s, or no --drain-timeout: inject then sizes both)"},
+		{"a requested timeout short of the silence after it", 2 * time.Minute, nil, dur("125s"), 30, 125 * time.Second, 130,
+			"drain timeout 2m5s leaves 5s after the load balancer's deregistration delay 2m0s, less than the 10s of silence the quiet period may want (want --drain-timeout 2m10s and a grace period of 135s, or no --drain-timeout: inject then sizes both)"},
+		{"a requested timeout that covers it", time.Minute, dur("3s"), dur("63s"), 30, 63 * time.Second, 68, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mode := ModeHook
+			if strings.HasPrefix(tt.name, "agent") {
+				mode = ModeAgent
+			}
+			cfg := Config{Image: "sm:1", Mode: mode, DeregistrationDelay: tt.lb, Drain: Drain{QuietPeriod: tt.quiet, Timeout: tt.timeout}}
+			meta := metav1.ObjectMeta{Name: "envoy"}
+			spec := corev1.PodSpec{TerminationGracePeriodSeconds: &tt.grace, Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0", Args: []string{"-c", "/etc/envoy/envoy.yaml"}}}}
+			if err := Inject(&meta, &spec, cfg); err != nil {
+				t.Fatal(err)
+			}
+			st, _, err := ParseStatus(&meta)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.DrainTimeout != tt.wantTimeout.String() || *spec.TerminationGracePeriodSeconds != tt.wantGrace {
+				t.Errorf("drain timeout %s, grace period %d; want %s, %d", st.DrainTimeout, *spec.TerminationGracePeriodSeconds, tt.wantTimeout, tt.wantGrace)
+			}
+			if got := st.Settings["deregistration-delay"]; got != tt.lb.String() {
+				t.Errorf("status settings[deregistration-delay] = %q, want %s", got, tt.lb)
+			}
+			if got := DeregistrationShortfall(st); got != tt.shortfall {
+				t.Errorf("shortfall:\n got %q\nwant %q", got, tt.shortfall)
+			}
+		})
+	}
+	// No delay given: nothing recorded, nothing to say.
+	meta := metav1.ObjectMeta{Name: "envoy"}
+	spec := corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0"}}}
+	if err := Inject(&meta, &spec, Config{Image: "sm:1", Drain: Drain{Timeout: dur("20s")}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := ParseStatus(&meta); st.Settings["deregistration-delay"] != "" || DeregistrationShortfall(st) != "" {
+		t.Errorf("without a delay: settings %v, shortfall %q", st.Settings, DeregistrationShortfall(st))
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	tests := []struct {
 		name string
@@ -152,6 +214,7 @@ func TestConfigValidate(t *testing.T) {
 		{"same ports", Config{Image: "sm:1", Port: 9090}, "both 9090"},
 		{"timeout within the minimum", Config{Image: "sm:1", Drain: Drain{Timeout: dur("5s")}}, "must be longer"},
 		{"bad regexp", Config{Image: "sm:1", Drain: Drain{ListenerExclude: []string{"("}}}, "listener exclude"},
+		{"negative deregistration delay", Config{Image: "sm:1", DeregistrationDelay: -time.Second}, "deregistration delay -1s is negative"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -56,6 +56,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 		switch {
 		case err == nil:
 			injected++
+			warnDeregistration(stderr, meta)
 		case errors.Is(err, inject.ErrOptedOut):
 			optedOut++
 		}
@@ -94,6 +95,26 @@ func warnModeSwitch(stderr io.Writer, meta *metav1.ObjectMeta, mode inject.Mode)
 	}
 	fmt.Fprintf(stderr, "shutdown-manager inject: warning: pod%s was injected in %s mode and is now injected in %s mode, the default (no --mode given); pass --mode=%s to keep its mode\n",
 		pod, st.Mode, mode, st.Mode)
+}
+
+// warnDeregistration warns on stderr when the drain timeout of a pod just injected cannot hold it through the
+// load balancer's deregistration delay it was given (a --drain-timeout set shorter: inject keeps it).
+func warnDeregistration(stderr io.Writer, meta *metav1.ObjectMeta) {
+	st, ok, err := inject.ParseStatus(meta)
+	if !ok || err != nil {
+		return
+	}
+	if why := inject.DeregistrationShortfall(st); why != "" {
+		fmt.Fprintf(stderr, "shutdown-manager inject: warning: %s%s\n", podName(meta), why)
+	}
+}
+
+// podName is "pod NAME: " for a pod with a name, else "" (a workload's pod template has none).
+func podName(meta *metav1.ObjectMeta) string {
+	if meta.Name == "" {
+		return ""
+	}
+	return "pod " + meta.Name + ": "
 }
 
 // runUninject is `uninject -f FILE|-`: removes exactly what inject added, restoring what it replaced.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -42,6 +43,7 @@ func TestInjectCommand(t *testing.T) {
 		{"existing-prestop-replaced", []string{"--replace-hooks"}},
 		{"multi-document", nil},
 		{"kind-deployment-json", nil}, // JSON in, JSON out
+		{"grace-raised-for-deregistration", []string{"--deregistration-delay=2m"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,6 +67,34 @@ func TestInjectCommand(t *testing.T) {
 				t.Errorf("inject after uninject, or inject twice, differs from inject once")
 			}
 		})
+	}
+}
+
+// TestInjectDeregistrationWarning: a --drain-timeout too short for the --deregistration-delay given is kept, and
+// inject says so on stderr with the numbers; a derived one is sized to it, silently.
+func TestInjectDeregistrationWarning(t *testing.T) {
+	in := filepath.Join("..", "inject", "testdata", "grace-short.in.yaml")
+	for _, tt := range []struct {
+		args []string
+		want string // in stderr; "" = nothing on stderr
+	}{
+		{[]string{"--deregistration-delay=2m", "--drain-timeout=1m"}, "shutdown-manager inject: warning: drain timeout 1m0s < the load balancer's deregistration delay 2m0s: " +
+			"the drain releases, and Envoy stops, while new connections may still come (want --drain-timeout 2m10s and a grace period of 135s, or no --drain-timeout: inject then sizes both)\n"},
+		{[]string{"--deregistration-delay=2m"}, ""},
+		{[]string{"--deregistration-delay=1m", "--quiet-period=3s", "--drain-timeout=63s"}, ""},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"inject", "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", "-f", in}, tt.args...)
+		if code := Run(context.Background(), args, nil, &stdout, &stderr); code != ExitOK {
+			t.Fatalf("%v: exit %d: %s", tt.args, code, stderr.String())
+		}
+		if stderr.String() != tt.want {
+			t.Errorf("%v: stderr\n%q\nwant\n%q", tt.args, stderr.String(), tt.want)
+		}
+	}
+	var stderr bytes.Buffer
+	if code := Run(context.Background(), []string{"inject", "--image=r/sm:1", "-f", in, "--deregistration-delay=-1s"}, nil, io.Discard, &stderr); code != ExitUsage {
+		t.Errorf("--deregistration-delay=-1s: exit %d (%s), want the usage error", code, stderr.String())
 	}
 }
 

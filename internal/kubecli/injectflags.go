@@ -6,6 +6,7 @@ import (
 	"io"
 	"regexp"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -30,6 +31,7 @@ type injectFlags struct {
 	takeover       bool
 	tokenSecret    string
 	apiToken       bool
+	deregistration time.Duration
 	// drain holds the drain's settings (inject.DrainSettings, one flag each) as the flags set them.
 	drain inject.Config
 }
@@ -49,6 +51,7 @@ func (f *injectFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.replaceHooks, "replace-hooks", false, "replace a preStop hook Envoy's container already has (uninject restores it)")
 	fs.BoolVar(&f.apiToken, "api-token", true, "where a pod turns automountServiceAccountToken off (Contour's and Envoy Gateway's Envoy pods), mount a ServiceAccount token of the manager's own, read-only at "+inject.APIAccessDir+" in the containers that run it, so that its Events are recorded; false: none, the Events are only logged; annotation "+inject.AnnotationAPIToken)
 	fs.BoolVar(&f.takeover, "takeover", false, "replace the shutdown manager of Contour, Envoy Gateway or MARIN3R in their Envoy pods with ours (without it such pods are refused; uninject gives them back)")
+	fs.DurationVar(&f.deregistration, "deregistration-delay", 0, "how long after a pod starts terminating its load balancer may still send it new connections (an AWS NLB: up to its deregistration delay); a drain timeout derived from the grace period then covers it and the quiet period's longest silence, the grace period raised to fit; a --drain-timeout too short for it is kept, with a warning; annotation "+inject.AnnotationDeregistrationDelay)
 	for _, d := range inject.DrainSettings {
 		fs.Func(d.Name, drainSettingUsage(d), func(v string) error { return d.Set(&f.drain, v) })
 	}
@@ -82,6 +85,9 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 	if f.port < 0 || f.port > 65535 || f.metricsPort < 0 || f.metricsPort > 65535 {
 		return inject.Config{}, cli.Usagef("--port and --metrics-port must be ports")
 	}
+	if f.deregistration < 0 {
+		return inject.Config{}, cli.Usagef("--deregistration-delay must not be negative")
+	}
 	cfg := inject.Config{
 		Image:           f.image,
 		ImagePullPolicy: corev1.PullPolicy(f.pullPolicy),
@@ -100,6 +106,8 @@ func (f *injectFlags) config(fs *flag.FlagSet) (inject.Config, error) {
 		TokenSecret:     f.tokenSecret,
 		NoAPIToken:      !f.apiToken,
 		Drain:           f.drain.Drain,
+
+		DeregistrationDelay: f.deregistration,
 	}
 	if err := cfg.Validate(); err != nil {
 		return inject.Config{}, cli.UsageErr(err)

@@ -102,7 +102,7 @@ func runCheck(name string) func(ctx context.Context, args []string, stdin io.Rea
 
 func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	tf := targetFlags(fs)
-	lb := fs.Duration("deregistration-delay", 0, "also check that the drain holds for a load balancer that may send new connections this long after the pod starts terminating (an AWS NLB: up to its deregistration delay): its drain timeout covers it and the quiet period's silence after (row deregistration)")
+	lb := fs.Duration("deregistration-delay", 0, "also check that the drain holds for a load balancer that may send new connections this long after the pod starts terminating (an AWS NLB: up to its deregistration delay): its drain timeout covers it and the quiet period's silence after (row deregistration; default: the delay inject was given for the pod, recorded in its status annotation, else no such check)")
 	liveCheck := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port through the API server's pods/proxy: the admin check then says whether the manager reached Envoy's admin (needs get on pods/proxy)")
 	output := cli.OutputFlag(fs)
 	api, q, err := tf.parse(fs, args, stdout)

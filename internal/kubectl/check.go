@@ -14,7 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
@@ -132,8 +131,8 @@ func Check(ctx context.Context, api API, q Query, opts CheckOptions) (CheckRepor
 			ev = Finding{CheckEvents, r.Result, ev.Reason + "; " + r.Reason}
 		}
 		pc.Findings = append(pc.Findings, in.grace(), in.admin(l), ev, in.image())
-		if opts.DeregistrationDelay > 0 {
-			pc.Findings = append(pc.Findings, in.deregistration(opts.DeregistrationDelay))
+		if lb := in.deregistrationDelay(opts.DeregistrationDelay); lb > 0 {
+			pc.Findings = append(pc.Findings, in.deregistration(lb))
 		}
 		rep.Pods = append(rep.Pods, pc)
 	}
@@ -316,6 +315,18 @@ func (in *injection) drainTimeout() (time.Duration, string, *Finding) {
 	return 0, "", &Finding{Result: ResultUnknown, Reason: "the drain's command line sets no --drain-timeout: the drain uses its default"}
 }
 
+// deregistrationDelay is the load balancer's deregistration delay to check the pod against: --deregistration-delay
+// when given, else the one inject was given for the pod (its status annotation's settings), else 0 (no check).
+func (in *injection) deregistrationDelay(flag time.Duration) time.Duration {
+	if flag > 0 {
+		return flag
+	}
+	if d, err := time.ParseDuration(in.st.Settings["deregistration-delay"]); err == nil && d > 0 {
+		return d
+	}
+	return 0
+}
+
 // deregistration says whether the drain holds for a load balancer that may send new connections for lb after the
 // pod starts terminating: past its floor the drain waits while arrivals continue, within its timeout, so the
 // timeout must cover lb and then the quiet period's silence (a fixed --quiet-period, or auto's upper bound,
@@ -327,7 +338,8 @@ func (in *injection) deregistration(lb time.Duration) Finding {
 		bad.Check = CheckDeregistration
 		return *bad
 	}
-	quiet, what := drain.AdaptiveQuietMax, "--quiet-period auto's upper bound"
+	var fixed *time.Duration
+	what := "--quiet-period auto's upper bound"
 	switch v, ok := in.flag("quiet-period"); {
 	case !ok || v == "auto":
 	default:
@@ -336,9 +348,10 @@ func (in *injection) deregistration(lb time.Duration) Finding {
 			f.Result, f.Reason = ResultFail, fmt.Sprintf("--quiet-period %q: %v", v, err)
 			return f
 		}
-		quiet, what = d, "--quiet-period "+v
+		fixed, what = &d, "--quiet-period "+v
 	}
-	need := lb + quiet
+	need := inject.DeregistrationNeed(lb, fixed)
+	quiet := need - lb
 	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds", need, inject.GraceNeeded(in.st.Mode, need))
 	switch {
 	case timeout < lb:

@@ -220,4 +220,17 @@ func TestCheckDeregistration(t *testing.T) {
 
 	agent := mustRead(t, injectedPod(t, inject.Config{Mode: inject.ModeAgent}, ptr[int64](60)))
 	want(t, "agent, derived", agent.deregistration(60*time.Second), ResultFail, "53s (--termination-grace-period 1m0s - 7s) < 1m0s", "grace period of 77s")
+
+	// The delay inject was given is the one checked when --deregistration-delay is not; the flag wins.
+	recorded := mustRead(t, injectedPod(t, inject.Config{DeregistrationDelay: 90 * time.Second}, nil))
+	if got := recorded.deregistrationDelay(0); got != 90*time.Second {
+		t.Errorf("the recorded delay: %s, want 1m30s", got)
+	}
+	if got := recorded.deregistrationDelay(time.Minute); got != time.Minute {
+		t.Errorf("with --deregistration-delay 1m: %s, want 1m0s", got)
+	}
+	want(t, "recorded, sized by inject", recorded.deregistration(recorded.deregistrationDelay(0)), ResultOK, "1m40s", ">= 1m30s")
+	if got := short.deregistrationDelay(0); got != 0 {
+		t.Errorf("no delay recorded, none given: %s, want 0 (no check)", got)
+	}
 }

@@ -185,6 +185,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		pt := admissionv1.PatchTypeJSONPatch
 		resp.Patch, resp.PatchType = patch, &pt
+		if d.Reason != "" {
+			resp.Warnings = []string{events.Note("shutdown-manager: " + d.Reason)}
+		}
 	case OutcomeWarning:
 		// Bounded: the API server refuses an Event whose note is over events.MaxNote (the owner would never see
 		// it), and a warning that long is noise to the client.

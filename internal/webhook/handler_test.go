@@ -233,6 +233,9 @@ func TestServeHTTPAnswers(t *testing.T) {
 	}
 	optedOut := envoyPod()
 	optedOut.Labels[inject.LabelInject] = inject.InjectFalse
+	// Injected, with a drain timeout that cannot hold it through its load balancer's deregistration delay.
+	shortDrain := envoyPod()
+	shortDrain.Annotations = map[string]string{inject.AnnotationDeregistrationDelay: "2m", inject.AnnotationDrainTimeout: "1m"}
 	deleteReview := func(r *admissionv1.AdmissionReview) {
 		r.Request.Operation = admissionv1.Delete
 		r.Request.OldObject, r.Request.Object = r.Request.Object, runtime.RawExtension{}
@@ -254,6 +257,8 @@ func TestServeHTTPAnswers(t *testing.T) {
 		wantEvent   *Owner
 	}{
 		{name: "injected", pod: envoyPod(), wantOutcome: OutcomeInjected, wantPatch: true},
+		{name: "injected, drain timeout short of the deregistration delay", pod: shortDrain, wantOutcome: OutcomeInjected, wantPatch: true,
+			wantWarning: "shutdown-manager: drain timeout 1m0s < the load balancer's deregistration delay 2m0s"},
 		{name: "already injected", pod: injected, wantOutcome: OutcomeUnchanged},
 		{name: "namespace opt-in, no Envoy", pod: appPod(), wantOutcome: OutcomeSkipped},
 		{name: "pod opt-in, no Envoy", pod: explicit, wantOutcome: OutcomeWarning, wantWarning: "shutdown-manager: pod not injected: no Envoy container",

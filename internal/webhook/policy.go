@@ -45,7 +45,9 @@ type Decision struct {
 	Outcome Outcome
 	// Pod is the pod to store when Outcome is OutcomeInjected (a modified copy); nil otherwise.
 	Pod *corev1.Pod
-	// Reason says why the pod was skipped, or what prevents its injection (OutcomeWarning).
+	// Reason says why the pod was skipped, or what prevents its injection (OutcomeWarning); for a pod injected,
+	// what the client is warned of (the AdmissionResponse's warnings: a drain timeout too short for the load
+	// balancer's deregistration delay it was given), else "".
 	Reason string
 }
 
@@ -82,7 +84,11 @@ func Decide(r Review, cfg inject.Config) Decision {
 	switch {
 	case err == nil:
 		inject.MountServiceAccount(&out.Spec)
-		return Decision{Outcome: OutcomeInjected, Pod: out}
+		d := Decision{Outcome: OutcomeInjected, Pod: out}
+		if st, ok, err := inject.ParseStatus(&out.ObjectMeta); ok && err == nil {
+			d.Reason = inject.DeregistrationShortfall(st)
+		}
+		return d
 	case errors.Is(err, inject.ErrOptedOut):
 		return Decision{Outcome: OutcomeSkipped, Reason: err.Error()}
 	case errors.Is(err, inject.ErrNoEnvoy) && !askedFor(pod):

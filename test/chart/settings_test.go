@@ -78,6 +78,9 @@ func TestInjectValuesCarryDrainSettings(t *testing.T) {
 	// in the webhook, not here).
 	set["tokenSecret"] = "envoy-drain-token"
 	want = append(want, "--token-secret=envoy-drain-token")
+	// The load balancer's deregistration delay, inject's too.
+	set["deregistrationDelay"] = "120s"
+	want = append(want, "--deregistration-delay=120s")
 	b, err := yaml.Marshal(map[string]any{"inject": set})
 	if err != nil {
 		t.Fatal(err)

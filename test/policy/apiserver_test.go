@@ -72,6 +72,8 @@ var goldenSettings = map[string]func(*inject.Config){
 	"grace-fits-timeout":               func(c *inject.Config) { c.Drain.Timeout = dur("20s") },
 	"agent-grace-short":                func(c *inject.Config) { c.Mode = inject.ModeAgent },
 	"agent-grace-raised-for-timeout":   func(c *inject.Config) { c.Mode, c.Drain.Timeout = inject.ModeAgent, dur("60s") },
+	"grace-raised-for-deregistration":  func(c *inject.Config) { c.DeregistrationDelay = 120 * time.Second },
+	"grace-long-deregistration":        func(c *inject.Config) { c.DeregistrationDelay = 120 * time.Second },
 	"existing-prestop-replaced":        func(c *inject.Config) { c.ReplaceHooks = true },
 	"agent-existing-prestop-replaced":  func(c *inject.Config) { c.Mode, c.ReplaceHooks = inject.ModeAgent, true },
 	"name-conflict":                    func(c *inject.Config) { c.Mode = inject.ModeSidecar },
@@ -127,6 +129,7 @@ var refused = map[string]string{
 	"native-sidecar-envoy-sidecar":    "envoy-not-native-sidecar",
 	"automount-off":                   "automount-not-off",
 	"automount-off-opted-out":         "no-pod-settings",
+	"annotation-deregistration-delay": "no-pod-settings",
 }
 
 // TestSameStoredPods is the proof that the policy is inject: for every golden input of inject that holds

@@ -140,6 +140,9 @@ not passed, so that inject's own defaults (and the drain's) apply, exactly as on
 {{- with $i.drainTimeout }}
 - {{ printf "--drain-timeout=%v" . | quote }}
 {{- end }}
+{{- with $i.deregistrationDelay }}
+- {{ printf "--deregistration-delay=%v" . | quote }}
+{{- end }}
 {{- if not (kindIs "invalid" $i.minOpenConnections) }}
 - {{ printf "--min-open-connections=%v" (int64 $i.minOpenConnections) | quote }}
 {{- end }}
