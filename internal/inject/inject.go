@@ -260,81 +260,19 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 			recorded["token-secret"] = set.TokenSecret
 		}
 	}
+	m := &mutation{spec: spec, envoy: c, set: set, plan: plan, st: &st, drainArgs: drainArgs, recorded: recorded, access: access}
 	switch set.Mode {
 	case ModeHook:
-		args := append([]string{BinaryPath, "drain", "--log-output=envoy"}, drainArgs...)
-		args = append(args, "--drain-timeout="+plan.timeout.String())
-		setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
-		st.Env = addPodEnv(c, access)
+		m.drainHook("", "")
 	case ModeSidecar:
-		if err := checkPorts(spec, set); err != nil {
-			return err
-		}
-		sc := sidecarContainer(set, append(slices.Clone(drainArgs), "--drain-timeout="+plan.timeout.String()), access)
-		adminMount, adminSocket, err := adminSocketMount(c, set.AdminAddress, st.Volumes)
-		if err != nil {
-			return err
-		}
-		if adminSocket {
-			sc.VolumeMounts = append(sc.VolumeMounts, adminMount)
-		}
-		if set.Hook == HookExec || adminSocket {
-			shareUser(sc.SecurityContext, spec.SecurityContext, c.SecurityContext)
-		}
-		if set.Hook == HookExec {
-			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
-				EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: new(resource.MustParse("1Mi"))},
-			}})
-			mount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
-			c.VolumeMounts = append(c.VolumeMounts, mount)
-			sc.VolumeMounts = append(sc.VolumeMounts, mount)
-			// The hook gets the drain's flags too: `drain --via` waits for the sidecar's answer for
-			// --drain-timeout (plus a margin), and drains Envoy itself with them if the sidecar is gone.
-			args := append([]string{BinaryPath, "drain", "--via=" + SocketURL, "--log-output=envoy"}, drainArgs...)
-			args = append(args, "--drain-timeout="+plan.timeout.String())
-			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
-			st.Env = addPodEnv(c, access)
-		} else if set.TokenSecret != "" {
-			// A token kubelet's httpGet could send would be written into the pod spec, for anyone who can read
-			// the pod: the hook is `drain --via` over the sidecar's port instead, with the token from the
-			// Secret, mounted read-only into both containers.
-			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{
-				Secret: &corev1.SecretVolumeSource{SecretName: set.TokenSecret, Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}}},
-			}})
-			mount := corev1.VolumeMount{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true}
-			c.VolumeMounts = append(c.VolumeMounts, mount)
-			sc.VolumeMounts = append(sc.VolumeMounts, mount)
-			sc.Args = append(sc.Args, "--token-file="+TokenFile)
-			args := append([]string{BinaryPath, "drain", fmt.Sprintf("--via=http://127.0.0.1:%d", set.Port), "--token-file=" + TokenFile, "--log-output=envoy"}, drainArgs...)
-			args = append(args, "--drain-timeout="+plan.timeout.String())
-			setPreStop(c, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
-			st.Env = addPodEnv(c, access)
-		} else {
-			setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
-		}
-		if set.SidecarKind == SidecarNative {
-			sc.RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
-			inits = append(inits, sc)
-		} else {
-			spec.Containers = append(spec.Containers, sc)
-		}
+		err = m.sidecar()
 	case ModeAgent:
-		command := c.Command
-		if len(command) == 0 {
-			if len(c.Args) == 0 {
-				return fmt.Errorf("container %q sets neither command nor args: agent mode needs Envoy's command line (set args, or command)", c.Name)
-			}
-			command, st.CommandUnset = set.EnvoyCommand, true
-			recorded["envoy-command"] = strings.Join(set.EnvoyCommand, " ")
-		}
-		wrapped := []string{BinaryPath, "run", "--termination-grace-period=" + agentGrace(plan.grace)}
-		wrapped = append(wrapped, drainArgs...)
-		if set.Drain.Timeout != nil {
-			wrapped = append(wrapped, "--drain-timeout="+plan.timeout.String())
-		}
-		c.Command = append(append(wrapped, "--"), command...)
-		st.Env = addPodEnv(c, access)
+		err = m.agent()
 	}
+	if err != nil {
+		return err
+	}
+	inits = append(inits, m.inits...)
 	if access != "" {
 		spec.Volumes = append(spec.Volumes, apiAccessVolume())
 	}
@@ -351,6 +289,111 @@ func inject(meta *metav1.ObjectMeta, spec *corev1.PodSpec, set settings) error {
 		meta.Annotations = map[string]string{}
 	}
 	meta.Annotations[AnnotationStatus] = string(text)
+	return nil
+}
+
+// mutation is one pod's injection past what every mode shares (inject): the mode's own containers, volumes
+// and hooks, written into spec and recorded in st.
+type mutation struct {
+	spec      *corev1.PodSpec
+	envoy     *corev1.Container // Envoy's container, in spec
+	set       settings
+	plan      gracePlan
+	st        *Status
+	drainArgs []string          // the drain flags that were set (drainArgs), the drain timeout aside
+	recorded  map[string]string // the settings for the status annotation
+	access    string            // the API access directory given to the manager ("" = the pod's own, or none)
+	inits     []corev1.Container
+}
+
+// drainHook sets Envoy's preStop hook to run the drain in Envoy's container, with the drain's flags and the
+// drain timeout: by itself (hook mode: via ""), or through the sidecar at via (`drain --via` waits for the
+// sidecar's answer for the drain timeout plus a margin, and drains Envoy itself with the same flags if the
+// sidecar is gone), with the token in the file token when the sidecar's port needs one.
+func (m *mutation) drainHook(via, token string) {
+	args := []string{BinaryPath, "drain"}
+	if via != "" {
+		args = append(args, "--via="+via)
+	}
+	if token != "" {
+		args = append(args, "--token-file="+token)
+	}
+	args = append(append(args, "--log-output=envoy"), m.drainArgs...)
+	args = append(args, "--drain-timeout="+m.plan.timeout.String())
+	setPreStop(m.envoy, &corev1.LifecycleHandler{Exec: &corev1.ExecAction{Command: args}})
+	m.st.Env = addPodEnv(m.envoy, m.access)
+}
+
+// sidecar adds sidecar mode's container (serve), the admin socket's mount when Envoy's admin is one, and the
+// hook that reaches it: `drain --via` its unix socket (hook exec), or its port with a token, or kubelet's
+// httpGet of its port.
+func (m *mutation) sidecar() error {
+	spec, c, set := m.spec, m.envoy, m.set
+	if err := checkPorts(spec, set); err != nil {
+		return err
+	}
+	sc := sidecarContainer(set, append(slices.Clone(m.drainArgs), "--drain-timeout="+m.plan.timeout.String()), m.access)
+	adminMount, adminSocket, err := adminSocketMount(c, set.AdminAddress, m.st.Volumes)
+	if err != nil {
+		return err
+	}
+	if adminSocket {
+		sc.VolumeMounts = append(sc.VolumeMounts, adminMount)
+	}
+	if set.Hook == HookExec || adminSocket {
+		shareUser(sc.SecurityContext, spec.SecurityContext, c.SecurityContext)
+	}
+	switch {
+	case set.Hook == HookExec:
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: SocketVolume, VolumeSource: corev1.VolumeSource{
+			EmptyDir: &corev1.EmptyDirVolumeSource{SizeLimit: new(resource.MustParse("1Mi"))},
+		}})
+		mount := corev1.VolumeMount{Name: SocketVolume, MountPath: SocketDir}
+		c.VolumeMounts = append(c.VolumeMounts, mount)
+		sc.VolumeMounts = append(sc.VolumeMounts, mount)
+		m.drainHook(SocketURL, "")
+	case set.TokenSecret != "":
+		// A token kubelet's httpGet could send would be written into the pod spec, for anyone who can read
+		// the pod: the hook is `drain --via` over the sidecar's port instead, with the token from the
+		// Secret, mounted read-only into both containers.
+		spec.Volumes = append(spec.Volumes, corev1.Volume{Name: TokenVolume, VolumeSource: corev1.VolumeSource{
+			Secret: &corev1.SecretVolumeSource{SecretName: set.TokenSecret, Items: []corev1.KeyToPath{{Key: TokenKey, Path: TokenKey}}},
+		}})
+		mount := corev1.VolumeMount{Name: TokenVolume, MountPath: TokenDir, ReadOnly: true}
+		c.VolumeMounts = append(c.VolumeMounts, mount)
+		sc.VolumeMounts = append(sc.VolumeMounts, mount)
+		sc.Args = append(sc.Args, "--token-file="+TokenFile)
+		m.drainHook(fmt.Sprintf("http://127.0.0.1:%d", set.Port), TokenFile)
+	default:
+		setPreStop(c, &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/shutdown", Port: portOf(set.Port)}})
+	}
+	if set.SidecarKind == SidecarNative {
+		sc.RestartPolicy = new(corev1.ContainerRestartPolicyAlways)
+		m.inits = append(m.inits, sc)
+	} else {
+		spec.Containers = append(spec.Containers, sc)
+	}
+	return nil
+}
+
+// agent wraps Envoy's command in `run`, which starts Envoy as its child and drains it on SIGTERM.
+func (m *mutation) agent() error {
+	c, set := m.envoy, m.set
+	command := c.Command
+	if len(command) == 0 {
+		if len(c.Args) == 0 {
+			return fmt.Errorf("container %q sets neither command nor args: agent mode needs Envoy's command line (set args, or command)", c.Name)
+		}
+		command, m.st.CommandUnset = set.EnvoyCommand, true
+		m.recorded["envoy-command"] = strings.Join(set.EnvoyCommand, " ")
+	}
+	wrapped := []string{BinaryPath, "run", "--termination-grace-period=" + agentGrace(m.plan.grace)}
+	wrapped = append(wrapped, m.drainArgs...)
+	if set.Drain.Timeout != nil {
+		wrapped = append(wrapped, "--drain-timeout="+m.plan.timeout.String())
+	}
+	c.Command = append(append(wrapped, "--"), command...)
+	m.st.Env = addPodEnv(c, m.access)
 	return nil
 }
 
