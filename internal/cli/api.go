@@ -3,7 +3,7 @@ package cli
 import (
 	"flag"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
@@ -23,10 +23,10 @@ func (f *apiFlags) register(fs *flag.FlagSet) {
 }
 
 // config validates the API's flags; listen is --listen, already parsed.
-func (f *apiFlags) config(listen agent.ListenAddress) (agent.APIConfig, error) {
-	c := agent.APIConfig{Listen: listen}
+func (f *apiFlags) config(listen manager.ListenAddress) (manager.APIConfig, error) {
+	c := manager.APIConfig{Listen: listen}
 	if f.metricsListen != "" {
-		la, err := agent.ParseListen(f.metricsListen)
+		la, err := manager.ParseListen(f.metricsListen)
 		if err != nil {
 			return c, Usagef("--metrics-listen: %v", err)
 		}
@@ -44,7 +44,7 @@ func (f *apiFlags) config(listen agent.ListenAddress) (agent.APIConfig, error) {
 	}
 	c.MaxConns = f.maxConns
 	if f.tokenFile != "" {
-		tf, err := agent.ReadToken(f.tokenFile)
+		tf, err := manager.ReadToken(f.tokenFile)
 		if err != nil {
 			return c, Usagef("--token-file: %v", err)
 		}

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
 // Address problems are usage errors, found before anything starts: exit 2 and one line.
@@ -75,7 +75,7 @@ func TestTokenFileNotRegular(t *testing.T) {
 			t.Fatalf("serve --token-file %s: still starting after 10s (blocked reading the token)", tt.path)
 		}
 	}
-	if tf, err := agent.ReadToken(link); err != nil || tf.Secret != "s3cret" {
+	if tf, err := manager.ReadToken(link); err != nil || tf.Secret != "s3cret" {
 		t.Errorf("token through a symbolic link: %q, %v; want s3cret", tf.Secret, err)
 	}
 }

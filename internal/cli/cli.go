@@ -15,7 +15,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
 // Exit codes.
@@ -115,7 +115,7 @@ func RunCommands(ctx context.Context, cmds []Command, args []string, stdin io.Re
 		}
 		err := c.Run(ctx, args[1:], stdin, stdout, stderr)
 		var ue usageError
-		var ec agent.ExitStatus
+		var ec manager.ExitStatus
 		switch {
 		case err == nil:
 			return ExitOK
@@ -126,9 +126,9 @@ func RunCommands(ctx context.Context, cmds []Command, args []string, stdin io.Re
 		case errors.As(err, &ue):
 			fmt.Fprintf(stderr, "shutdown-manager %s: %v (see shutdown-manager %s -h)\n", c.Name, ue.err, c.Name)
 			return ExitUsage
-		case errors.Is(err, agent.ErrMisconfigured):
+		case errors.Is(err, manager.ErrMisconfigured):
 			return ExitMisconfigured
-		case errors.Is(err, agent.ErrReported):
+		case errors.Is(err, manager.ErrReported):
 			return ExitFailure
 		default:
 			fmt.Fprintf(stderr, "shutdown-manager %s: %v\n", c.Name, err)

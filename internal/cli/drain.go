@@ -6,11 +6,11 @@ import (
 	"io"
 	"os"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
-// runDrain drains Envoy once and exits (agent.Drain): 0 drained (or Envoy already gone), 1 timed out or
+// runDrain drains Envoy once and exits (manager.Drain): 0 drained (or Envoy already gone), 1 timed out or
 // failed, 3 misconfigured (Envoy's admin address refused while Envoy ran). With --via it joins a serve sidecar's drain, and drains by itself if the sidecar cannot be reached.
 func runDrain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("drain", flag.ContinueOnError)
@@ -25,7 +25,7 @@ func runDrain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err := Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	var cfg agent.DrainConfig
+	var cfg manager.DrainConfig
 	if *via != "" {
 		addr, err := envoyadmin.ParseAddress(*via)
 		if err != nil {
@@ -58,7 +58,7 @@ func runDrain(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return err
 	}
 	defer closeLog()
-	return agent.Drain(ctx, cfg, log)
+	return manager.Drain(ctx, cfg, log)
 }
 
 func wantProgress(mode string, stderr io.Writer) (bool, error) {

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
 // countFlags say where Envoy's admin API is and what counts as work in flight: all that `status` needs.
@@ -40,19 +40,19 @@ const defaultAdmin = "http://127.0.0.1:9901"
 const adminFound = "\n(not given: read from the bootstrap on the command line of Envoy's process, when this process can see it, as an exec hook in Envoy's container does; with several Envoy processes, PID 1, else the oldest; no Envoy process or no fixed address in its bootstrap: the default)"
 
 // config validates the counting flags.
-func (f *countFlags) config() (agent.StatusConfig, error) {
+func (f *countFlags) config() (manager.StatusConfig, error) {
 	addr, err := envoyadmin.ParseAddress(f.admin)
 	if err != nil {
-		return agent.StatusConfig{}, Usagef("--admin-address: %v", err)
+		return manager.StatusConfig{}, Usagef("--admin-address: %v", err)
 	}
 	if f.adminTimeout <= 0 {
-		return agent.StatusConfig{}, Usagef("--admin-timeout must be positive")
+		return manager.StatusConfig{}, Usagef("--admin-timeout must be positive")
 	}
 	mode, err := drain.ParseMode(f.count)
 	if err != nil {
-		return agent.StatusConfig{}, Usagef("--count: %v", err)
+		return manager.StatusConfig{}, Usagef("--count: %v", err)
 	}
-	return agent.StatusConfig{Admin: addr, AdminTimeout: f.adminTimeout, Mode: mode,
+	return manager.StatusConfig{Admin: addr, AdminTimeout: f.adminTimeout, Mode: mode,
 		Selector: drain.Selector{Include: f.include, Exclude: f.exclude, Names: flagName}}, nil
 }
 
@@ -85,17 +85,17 @@ func (f *drainFlags) register(fs *flag.FlagSet) {
 }
 
 // config validates the flags into the engine's configuration.
-func (f *drainFlags) config() (agent.EngineConfig, error) {
+func (f *drainFlags) config() (manager.EngineConfig, error) {
 	sc, err := f.countFlags.config()
 	if err != nil {
-		return agent.EngineConfig{}, err
+		return manager.EngineConfig{}, err
 	}
 	ld, err := drain.ParseListenerDrain(f.listeners)
 	if err != nil {
-		return agent.EngineConfig{}, Usagef("--drain-listeners: %v", err)
+		return manager.EngineConfig{}, Usagef("--drain-listeners: %v", err)
 	}
 	if f.goneAfter <= 0 {
-		return agent.EngineConfig{}, Usagef("--envoy-gone-after must be positive")
+		return manager.EngineConfig{}, Usagef("--envoy-gone-after must be positive")
 	}
 	cfg := drain.Config{
 		Delay:         f.delay,
@@ -111,9 +111,9 @@ func (f *drainFlags) config() (agent.EngineConfig, error) {
 		GoneAfter:     f.goneAfter,
 	}
 	if err := cfg.Validate(); err != nil {
-		return agent.EngineConfig{}, flagError(err)
+		return manager.EngineConfig{}, flagError(err)
 	}
-	return agent.EngineConfig{Drain: cfg, Admin: sc.Admin, AdminTimeout: sc.AdminTimeout, Kubeconfig: f.kubeconfig, Version: Version}, nil
+	return manager.EngineConfig{Drain: cfg, Admin: sc.Admin, AdminTimeout: sc.AdminTimeout, Kubeconfig: f.kubeconfig, Version: Version}, nil
 }
 
 // flags spell the drain's settings as the flags that set them.

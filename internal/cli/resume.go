@@ -6,11 +6,11 @@ import (
 	"io"
 	"time"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
-// runResume makes a drained Envoy LIVE again (agent.Resume): through a serve API (--via: POST /resume,
+// runResume makes a drained Envoy LIVE again (manager.Resume): through a serve API (--via: POST /resume,
 // which refuses while a drain holds waiters unless --force, and is logged there), or directly on Envoy's
 // admin API (POST /healthcheck/ok). It prints one line; exit 0 when Envoy's health checks pass again.
 func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
@@ -32,10 +32,10 @@ func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	if *adminTimeout <= 0 {
 		return Usagef("--admin-timeout must be positive")
 	}
-	cfg := agent.ResumeConfig{Force: *force, AdminTimeout: *adminTimeout, Version: Version}
+	cfg := manager.ResumeConfig{Force: *force, AdminTimeout: *adminTimeout, Version: Version}
 	if *via != "" {
 		if *tokenFile != "" {
-			tf, err := agent.ReadToken(*tokenFile)
+			tf, err := manager.ReadToken(*tokenFile)
 			if err != nil {
 				return Usagef("--token-file: %v", err)
 			}
@@ -58,5 +58,5 @@ func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 		return err
 	}
 	defer closeLog()
-	return agent.Resume(ctx, cfg, log, stdout)
+	return manager.Resume(ctx, cfg, log, stdout)
 }

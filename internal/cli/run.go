@@ -9,9 +9,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/supervisor"
 )
 
@@ -35,7 +35,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 }
 
 // runRun is the agent: Envoy runs as this process's child; SIGTERM or SIGINT drains it, then stops it, and
-// the process exits with Envoy's status (agent.Run).
+// the process exits with Envoy's status (manager.Run).
 func runRun(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var f runFlags
@@ -61,7 +61,7 @@ func runRun(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return err
 	}
 	defer closeLog()
-	return agent.Run(cfg, log)
+	return manager.Run(cfg, log)
 }
 
 func asFile(v any) *os.File {
@@ -70,56 +70,56 @@ func asFile(v any) *os.File {
 }
 
 // config validates the parsed flags (fs tells which were set) and Envoy's command into the agent's configuration.
-func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (agent.RunConfig, error) {
+func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (manager.RunConfig, error) {
 	if len(envoyArgs) == 0 {
-		return agent.RunConfig{}, Usagef("give Envoy's command after --")
+		return manager.RunConfig{}, Usagef("give Envoy's command after --")
 	}
 	if f.stopTimeout <= 0 {
-		return agent.RunConfig{}, Usagef("--stop-timeout must be positive")
+		return manager.RunConfig{}, Usagef("--stop-timeout must be positive")
 	}
 	if f.grace < 0 {
-		return agent.RunConfig{}, Usagef("--termination-grace-period must not be negative")
+		return manager.RunConfig{}, Usagef("--termination-grace-period must not be negative")
 	}
 	if f.grace > 0 && !IsFlagSet(fs, "drain-timeout") {
 		f.timeout = f.grace - f.stopTimeout - supervisor.StopMargin
 		if f.timeout <= drain.AddDurations(f.delay, f.minDuration) {
-			return agent.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
+			return manager.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
 		}
 		if f.timeout <= drain.AddDurations(f.delay, f.quiet.least()) {
-			return agent.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, f.timeout)
+			return manager.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, f.timeout)
 		}
 	}
 	if !IsFlagSet(fs, "admin-address") {
 		addr, err := envoyadmin.AdminFromCommandLine(envoyArgs, os.ReadFile)
 		if err != nil {
-			return agent.RunConfig{}, Usagef("--admin-address not given and %v", err)
+			return manager.RunConfig{}, Usagef("--admin-address not given and %v", err)
 		}
 		f.admin = addr.String()
 	}
 	ecfg, err := f.drainFlags.config()
 	if err != nil {
-		return agent.RunConfig{}, err
+		return manager.RunConfig{}, err
 	}
 	path, err := exec.LookPath(envoyArgs[0])
 	if err != nil {
-		return agent.RunConfig{}, Usagef("envoy command: %v", err)
+		return manager.RunConfig{}, Usagef("envoy command: %v", err)
 	}
-	cfg := agent.RunConfig{Engine: ecfg, EnvoyPath: path, EnvoyArgs: envoyArgs, StopTimeout: f.stopTimeout}
-	var la agent.ListenAddress
+	cfg := manager.RunConfig{Engine: ecfg, EnvoyPath: path, EnvoyArgs: envoyArgs, StopTimeout: f.stopTimeout}
+	var la manager.ListenAddress
 	if f.listen != "" {
-		if la, err = agent.ParseListen(f.listen); err != nil {
-			return agent.RunConfig{}, Usagef("--listen: %v", err)
+		if la, err = manager.ParseListen(f.listen); err != nil {
+			return manager.RunConfig{}, Usagef("--listen: %v", err)
 		}
 	}
 	acfg, err := f.api.config(la)
 	if err != nil {
-		return agent.RunConfig{}, err
+		return manager.RunConfig{}, err
 	}
 	switch {
 	case f.listen != "":
 		cfg.API = &acfg
 	case f.api.metricsListen != "" || f.api.tokenFile != "":
-		return agent.RunConfig{}, Usagef("--metrics-listen and --token-file need --listen")
+		return manager.RunConfig{}, Usagef("--metrics-listen and --token-file need --listen")
 	}
 	return cfg, nil
 }

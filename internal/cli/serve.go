@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
 // runServe is the sidecar: an HTTP API whose /shutdown drains Envoy; SIGTERM exits once any drain has
-// released (agent.Serve).
+// released (manager.Serve).
 func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	var df drainFlags
@@ -29,7 +29,7 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 	if err != nil {
 		return err
 	}
-	la, err := agent.ParseListen(*listen)
+	la, err := manager.ParseListen(*listen)
 	if err != nil {
 		return Usagef("--listen: %v", err)
 	}
@@ -48,5 +48,5 @@ func runServe(ctx context.Context, args []string, _ io.Reader, stdout, stderr io
 		return err
 	}
 	defer closeLog()
-	return agent.Serve(ctx, agent.ServeConfig{Engine: ecfg, API: acfg, TriggerWait: *triggerWait}, log)
+	return manager.Serve(ctx, manager.ServeConfig{Engine: ecfg, API: acfg, TriggerWait: *triggerWait}, log)
 }

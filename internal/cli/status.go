@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
 // runStatus prints Envoy's state and the work in flight per group of listeners and HTTP managers, counted as a drain would.
@@ -30,7 +30,7 @@ func runStatus(ctx context.Context, args []string, _ io.Reader, stdout, _ io.Wri
 	if err := CheckOutput(fs, *output); err != nil {
 		return err
 	}
-	rep, err := agent.Status(ctx, cfg)
+	rep, err := manager.Status(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -28,12 +28,12 @@ import (
 //     Envoy than the one it sees: that Envoy's health checks are never failed.
 //   - canceled, timeout, error, misconfigured: never OK.
 //
-// The front ends add their own (internal/agent): `drain --via` exits 0 only on the sidecar's 200 (its drain
+// The front ends add their own (internal/manager): `drain --via` exits 0 only on the sidecar's 200 (its drain
 // drained, or its Envoy gone on the evidence above); a resume ends a running drain only when forced (outcome
 // canceled, not OK).
 
 // Witness tells whether Envoy is gone when its admin address has refused every connection for the gone
-// window before this drain reached it. Front ends give the engine the evidence they have (internal/agent):
+// window before this drain reached it. Front ends give the engine the evidence they have (internal/manager):
 // the reaped child (run), Envoy's processes in /proc (drain in Envoy's container), whether the address ever
 // answered (serve). Gone is called on the drain's path, once per gone window: it must return promptly and
 // honour ctx.
@@ -123,7 +123,7 @@ func (e *Engine) tellMisconfigured(d *Drain, st *Status, text string) {
 }
 
 // Identifier is an optional part of a Witness, for a front end that sees Envoy's process and can ask the
-// admin API which Envoy answers (internal/agent: the hook compares /server_info's bootstrap with Envoy's
+// admin API which Envoy answers (internal/manager: the hook compares /server_info's bootstrap with Envoy's
 // command line). Before every attempt to fail health checks, Identify returns VerdictMisconfigured when the
 // admin API answers for another Envoy: its health checks are then not failed, and the drain holds to its
 // deadline (outcome misconfigured). Anything else (its own, or it cannot tell) lets the attempt go on.

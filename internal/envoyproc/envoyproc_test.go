@@ -78,7 +78,7 @@ func TestFind(t *testing.T) {
 }
 
 // A zombie Envoy (exited, its parent not yet reaping it) is no running Envoy: the drain's evidence that
-// Envoy is gone must not be spoiled by it (internal/agent's hook witness).
+// Envoy is gone must not be spoiled by it (internal/manager's hook witness).
 func TestFindSkipsZombies(t *testing.T) {
 	root := fakeProc(t, map[int][]string{1: {"/pause"}, 7: {"envoy", "-c", "a"}, 9: {"envoy", "-c", "b"}})
 	os.WriteFile(filepath.Join(root, "7", "stat"), []byte("7 (envoy) Z 1 7 7 0 -1"), 0o644)

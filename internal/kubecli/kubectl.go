@@ -9,10 +9,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubeapi"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubectl"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
 // kubectlCommands are the plugin's commands.
@@ -128,7 +128,7 @@ func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Write
 	case len(rep.Pods) == 0:
 		return fmt.Errorf("no pods to check in %s (selector %s)", rep.Namespace, rep.Selector)
 	case rep.Failed() > 0:
-		return fmt.Errorf("%w: %d checks failed", agent.ErrReported, rep.Failed())
+		return fmt.Errorf("%w: %d checks failed", manager.ErrReported, rep.Failed())
 	}
 	return nil
 }

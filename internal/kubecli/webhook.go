@@ -6,8 +6,8 @@ import (
 	"flag"
 	"io"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/agent"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
 
@@ -44,7 +44,7 @@ func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 		flag, value string
 		dst         *string
 	}{{"--listen", *listen, &cfg.Listen}, {"--health-listen", *healthListen, &cfg.HealthListen}} {
-		la, err := agent.ParseListen(l.value)
+		la, err := manager.ParseListen(l.value)
 		if err != nil || la.Network() != "tcp" {
 			return cli.Usagef("%s: want [IP]:PORT, got %q", l.flag, l.value)
 		}
@@ -61,7 +61,7 @@ func runWebhook(ctx context.Context, args []string, _ io.Reader, stdout, stderr 
 	}
 	defer closeLog()
 	if err := webhook.Serve(ctx, cfg, log); errors.Is(err, webhook.ErrServing) {
-		return agent.ErrReported // told in the log
+		return manager.ErrReported // told in the log
 	} else if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 var update = flag.Bool("update", false, "rewrite the generated log reference of docs/observability.md")
 
 // logPackages log what a drain and the webhook do; their log lines have constant messages (STYLE.md 12).
-var logPackages = []string{"internal/drain", "internal/agent", "internal/server", "internal/events", "internal/supervisor", "internal/webhook"}
+var logPackages = []string{"internal/drain", "internal/manager", "internal/server", "internal/events", "internal/supervisor", "internal/webhook"}
 
 // logRows are one Markdown row per log line the packages write: level, message, the keys of its attributes,
 // and the package. Found in the source: a call of a method Debug, Info, Warn or Error whose first argument

@@ -11,14 +11,14 @@ import (
 // metricsPage holds the table of the drain side's metrics (it was the README's).
 const metricsPage = "docs/observability.md"
 
-// TestMetricsDocumented: every metric the drain side registers (internal/drain, internal/server, internal/agent) has a row in
+// TestMetricsDocumented: every metric the drain side registers (internal/drain, internal/server, internal/manager) has a row in
 // the metrics table of docs/observability.md, and every row names a metric that exists.
 func TestMetricsDocumented(t *testing.T) {
 	readme := readRepo(t, metricsPage)
 	table := section(t, readme, "## Metrics")
 	defined := map[string]bool{}
 	name := regexp.MustCompile(`(?:Name:\s*|NewDesc\()"(shutdown_manager_[a-z_]+)"`)
-	for _, dir := range []string{"internal/drain", "internal/server", "internal/agent"} {
+	for _, dir := range []string{"internal/drain", "internal/server", "internal/manager"} {
 		files, err := filepath.Glob(filepath.Join("..", "..", dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)

@@ -65,7 +65,7 @@ func TestObservabilityPage(t *testing.T) {
 
 	// The metrics it names are registered (a Name: literal or constant in internal/), or are the API server's.
 	registered := map[string]bool{}
-	for _, f := range []string{"internal/drain/metrics.go", "internal/server/server.go", "internal/agent/stack.go", "internal/webhook/metrics.go", "internal/webhook/audit.go"} {
+	for _, f := range []string{"internal/drain/metrics.go", "internal/server/server.go", "internal/manager/stack.go", "internal/webhook/metrics.go", "internal/webhook/audit.go"} {
 		for _, m := range regexp.MustCompile(`"(shutdown_manager_[a-z_]+)"`).FindAllStringSubmatch(readRepo(t, f), -1) {
 			registered[m[1]] = true
 		}

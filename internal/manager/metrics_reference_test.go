@@ -1,4 +1,4 @@
-package agent
+package manager
 
 import (
 	"flag"
@@ -92,9 +92,9 @@ func metricsReference(t *testing.T) string {
 
 // TestMetricsReference: the metrics reference of docs/observability.md is the one generated from what the
 // drain side and the webhook register; a metric added, removed, relabelled or re-described without the page
-// fails here. `go test ./internal/agent -run TestMetricsReference -update` rewrites it.
+// fails here. `go test ./internal/manager -run TestMetricsReference -update` rewrites it.
 func TestMetricsReference(t *testing.T) {
-	const begin, end = "<!-- BEGIN generated metrics: go test ./internal/agent -run TestMetricsReference -update -->", "<!-- END generated metrics -->"
+	const begin, end = "<!-- BEGIN generated metrics: go test ./internal/manager -run TestMetricsReference -update -->", "<!-- END generated metrics -->"
 	data, err := os.ReadFile(observabilityPage)
 	if err != nil {
 		t.Fatal(err)
@@ -114,5 +114,5 @@ func TestMetricsReference(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("the metrics reference of %s is not what the code registers: run go test ./internal/agent -run TestMetricsReference -update and review the diff", observabilityPage)
+	t.Errorf("the metrics reference of %s is not what the code registers: run go test ./internal/manager -run TestMetricsReference -update and review the diff", observabilityPage)
 }

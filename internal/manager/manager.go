@@ -1,9 +1,9 @@
-// Package agent runs what the command line describes: the drain engine with its admin client, metrics and
+// Package manager runs what the command line describes: the drain engine with its admin client, metrics and
 // Events (the stack, stack.go), the HTTP API's listeners (api.go), and the three ways a drain is driven —
 // Serve (a sidecar's API), Run (Envoy as a child) and Drain (one drain, for hooks and people), with the
 // --via path to a sidecar (via.go). Its configurations are plain values validated by internal/cli, which
 // also turns this package's errors into exit codes: nothing here knows a flag.
-package agent
+package manager
 
 import (
 	"errors"
