@@ -61,48 +61,14 @@ func Run(cfg RunConfig, log *slog.Logger) error {
 		log.Info("serving", "listen", apis.listen, "metrics_listen", apis.metricsListen, "token", cfg.API.Token.Secret != "")
 	}
 
-	var released <-chan struct{} // the drain's Done, once one runs
-	d, started := s.engine.Current()
-	if d != nil { // a /shutdown came as the API opened
-		released, started = d.Done(), nil
+	r := supervised{proc: proc, s: s, sigs: sigs, apiErrs: apiErrs, log: log}
+	released, exited := r.untilDrain()
+	if !exited && released != nil {
+		exited = r.untilReleased(released)
 	}
-	for released == nil || !closed(released) {
-		select {
-		case <-proc.Exited():
-			log.Error("envoy exited by itself; exiting with its status", "status", proc.Describe(), "pid", proc.Pid())
-			return ExitStatus(proc.ExitCode())
-		case err := <-apiErrs:
-			log.Error("serving failed; stopping envoy", "err", err)
-			apiErrs = nil
-			s.stop(fmt.Errorf("the API failing: %w", err))
-			released = closedChan
-		case <-started: // a drain began through /shutdown
-			started = nil
-			if released == nil {
-				d, _ := s.engine.Current()
-				released = d.Done()
-			}
-		case sig := <-sigs:
-			switch {
-			case slices.Contains(forwarded, sig):
-				log.Info("forwarding signal to envoy", "signal", sig.String())
-				if err := proc.Signal(sig); err != nil {
-					log.Warn("forwarding signal failed", "err", err)
-				}
-			case released == nil:
-				log.Info("signal received; draining envoy", "signal", sig.String())
-				d, err := s.engine.Trigger(context.Background(), signalCaller(sig))
-				if err != nil {
-					released = closedChan
-					break
-				}
-				released = d.Done()
-			default:
-				log.Warn("second signal: skipping the rest of the drain, stopping envoy now", "signal", sig.String())
-				s.stop(signalCause(sig))
-			}
-		case <-released:
-		}
+	if exited {
+		log.Error("envoy exited by itself; exiting with its status", "status", proc.Describe(), "pid", proc.Pid())
+		return ExitStatus(proc.ExitCode())
 	}
 	if r := s.engine.Status(); r.Outcome != "" {
 		log.Info("stopping envoy", "drain_outcome", string(r.Outcome), "drain_reason", r.Reason)
@@ -112,13 +78,83 @@ func Run(cfg RunConfig, log *slog.Logger) error {
 	return ExitStatus(proc.ExitCode())
 }
 
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+// supervised is Run's wait on Envoy, in two phases: until a drain starts, then until it releases. Either ends
+// early when Envoy exits by itself, or when the API fails (the drain, if one runs, is stopped first).
+type supervised struct {
+	proc    *supervisor.Process
+	s       *stack
+	sigs    <-chan os.Signal
+	apiErrs <-chan error
+	log     *slog.Logger
+}
 
-func closed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
+// untilDrain waits for the first SIGTERM/SIGINT (which triggers the drain) or a /shutdown (which started one)
+// and returns the drain's Done; nil when there is no drain to wait for (the API failed, or the trigger did
+// not start one). exited: Envoy exited by itself first.
+func (r *supervised) untilDrain() (released <-chan struct{}, exited bool) {
+	d, started := r.s.engine.Current()
+	if d != nil { // a /shutdown came as the API opened
+		return d.Done(), false
+	}
+	for {
+		select {
+		case <-r.proc.Exited():
+			return nil, true
+		case err := <-r.apiErrs:
+			r.apiFailed(err)
+			return nil, false
+		case <-started: // a drain began through /shutdown
+			d, _ := r.s.engine.Current()
+			return d.Done(), false
+		case sig := <-r.sigs:
+			if r.forward(sig) {
+				continue
+			}
+			r.log.Info("signal received; draining envoy", "signal", sig.String())
+			d, err := r.s.engine.Trigger(context.Background(), signalCaller(sig))
+			if err != nil {
+				return nil, false
+			}
+			return d.Done(), false
+		}
+	}
+}
+
+// untilReleased waits for the drain to release. A second SIGTERM/SIGINT stops it at once (it then releases);
+// the API failing stops it and ends the wait. exited: Envoy exited by itself first.
+func (r *supervised) untilReleased(released <-chan struct{}) (exited bool) {
+	for {
+		select {
+		case <-released:
+			return false
+		case <-r.proc.Exited():
+			return true
+		case err := <-r.apiErrs:
+			r.apiFailed(err)
+			return false
+		case sig := <-r.sigs:
+			if !r.forward(sig) {
+				r.log.Warn("second signal: skipping the rest of the drain, stopping envoy now", "signal", sig.String())
+				r.s.stop(signalCause(sig))
+			}
+		}
+	}
+}
+
+// forward passes SIGHUP, SIGUSR1 and SIGUSR2 on to Envoy and reports whether sig was one of them.
+func (r *supervised) forward(sig os.Signal) bool {
+	if !slices.Contains(forwarded, sig) {
 		return false
 	}
+	r.log.Info("forwarding signal to envoy", "signal", sig.String())
+	if err := r.proc.Signal(sig); err != nil {
+		r.log.Warn("forwarding signal failed", "err", err)
+	}
+	return true
+}
+
+// apiFailed stops the drain, if one runs, because the API it was asked through failed.
+func (r *supervised) apiFailed(err error) {
+	r.log.Error("serving failed; stopping envoy", "err", err)
+	r.s.stop(fmt.Errorf("the API failing: %w", err))
 }
