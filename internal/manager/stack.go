@@ -24,14 +24,6 @@ var (
 	_ events.Engine = (*drain.Engine)(nil)
 )
 
-// The seams stack wires: the admin client is what the engine drives, and the engine is what the Events and
-// the HTTP API read.
-var (
-	_ drain.Admin   = (*envoyadmin.Client)(nil)
-	_ events.Engine = (*drain.Engine)(nil)
-	_ server.Engine = (*drain.Engine)(nil)
-)
-
 // EngineConfig is what every front end of the drain engine needs: the drain's policy, where Envoy's admin
 // API is, and where the drain's Events go.
 type EngineConfig struct {

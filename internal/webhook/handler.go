@@ -1,6 +1,6 @@
 // Package webhook is the mutating admission webhook for Pods (admission.k8s.io/v1): the transport in this file
 // (method, content type, size limit, decoding and checking the AdmissionReview, the JSONPatch, encoding, a
-// recovered panic turned into an error answer) apart from the policy in policy.go (Decide: whether and how a
+// recovered panic turned into an error answer) apart from the policy in decide.go (Decide: whether and how a
 // pod is injected, a pure function over typed objects calling inject.Inject), plus the serving certificate
 // reloaded from files (certs.go), the health endpoints (health.go), and the audit of the pods admitted without the
 // manager while the webhook could not be called (audit.go).
