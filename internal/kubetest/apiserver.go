@@ -328,7 +328,7 @@ func (s *APIServer) readyz(ctx context.Context) error {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("/readyz: %s: %s", resp.Status, lastLines(string(body), 5))
+		return fmt.Errorf("/readyz: %s: %s", resp.Status, testproc.LastLines(string(body), 5))
 	}
 	return nil
 }
@@ -406,12 +406,4 @@ func randomHex(n int) (string, error) {
 		return "", fmt.Errorf("reading random bytes: %w", err)
 	}
 	return hex.EncodeToString(b), nil
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -165,7 +165,7 @@ func (p *Proc) Tail(n int) string {
 	if err != nil {
 		return ""
 	}
-	return lastLines(string(b), n)
+	return LastLines(string(b), n)
 }
 
 // LogEnd says, for a failure message, where the log is and quotes its last n lines:
@@ -178,10 +178,12 @@ func (p *Proc) LogEnd(n int) string {
 	if err != nil {
 		return fmt.Sprintf("end of %s: (%v)", p.LogPath, err)
 	}
-	return fmt.Sprintf("end of %s:\n%s", p.LogPath, lastLines(string(b), n))
+	return fmt.Sprintf("end of %s:\n%s", p.LogPath, LastLines(string(b), n))
 }
 
-func lastLines(s string, n int) string {
+// LastLines is the last n lines of s (its trailing newlines dropped): the end of a log or of a command's output
+// for a test's message.
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }

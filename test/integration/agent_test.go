@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // agent starts Envoy under `shutdown-manager run FLAGS --`; the admin address comes from the bootstrap
@@ -126,7 +127,7 @@ func TestAgentEnvoyKilled(t *testing.T) {
 			t.Errorf("manager exited %s after envoy died, want at once", took)
 		}
 		if log := readLog(t, e); !strings.Contains(log, `"msg":"envoy exited by itself; exiting with its status","status":"killed by signal killed (9)"`) {
-			t.Errorf("manager log does not say envoy died:\n%s", lastLines(log, 5))
+			t.Errorf("manager log does not say envoy died:\n%s", testproc.LastLines(log, 5))
 		}
 	})
 }
@@ -150,7 +151,7 @@ func TestAgentDeadlineWithStuckConnection(t *testing.T) {
 			t.Errorf("manager exited %s after SIGTERM, want at the 2s deadline plus at most the 5s stop", took)
 		}
 		if log := readLog(t, e); !strings.Contains(log, `"outcome":"timeout"`) || !strings.Contains(log, `"drain_outcome":"timeout"`) {
-			t.Errorf("manager log does not report the timeout:\n%s", lastLines(log, 6))
+			t.Errorf("manager log does not report the timeout:\n%s", testproc.LastLines(log, 6))
 		}
 	})
 }
@@ -181,10 +182,10 @@ func TestAgentBadConfig(t *testing.T) {
 		}
 		out := stderr.String()
 		if !strings.Contains(out, "critical") && !strings.Contains(out, "error") {
-			t.Errorf("envoy's error is not visible in the output:\n%s", lastLines(out, 10))
+			t.Errorf("envoy's error is not visible in the output:\n%s", testproc.LastLines(out, 10))
 		}
 		if !strings.Contains(out, `envoy exited by itself`) {
-			t.Errorf("manager does not say envoy exited:\n%s", lastLines(out, 5))
+			t.Errorf("manager does not say envoy exited:\n%s", testproc.LastLines(out, 5))
 		}
 	})
 }
@@ -312,11 +313,6 @@ func readLog(t *testing.T, e *testbed.Envoy) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // waitFor polls cond every 10ms for at most 10s.

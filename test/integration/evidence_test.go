@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // Issue 28, item 1: a wrong admin address refuses exactly as a gone Envoy does, and before this change it
@@ -220,7 +221,7 @@ func TestAgentWrongAdminAddressIsMisconfigured(t *testing.T) {
 		for _, want := range []string{`"msg":"envoy admin address misconfigured; holding the drain to its deadline"`,
 			`"outcome":"misconfigured"`, "envoy pid " + strconv.Itoa(envoyPID) + " (this process's child) is running"} {
 			if !strings.Contains(log, want) {
-				t.Errorf("manager log lacks %s:\n%s", want, lastLines(log, 8))
+				t.Errorf("manager log lacks %s:\n%s", want, testproc.LastLines(log, 8))
 			}
 		}
 	})
