@@ -19,6 +19,7 @@ RUN go mod download
 COPY . .
 RUN CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH go build -trimpath -buildvcs=false \
     -ldflags "-s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=${VERSION} -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=${REVISION}" \
+    -tags=nethttpomithttp2 -gcflags=github.com/...=-l -gcflags=google.golang.org/...=-l -gcflags=go.yaml.in/...=-l \
     -o /out/shutdown-manager ./cmd/shutdown-manager-pod
 
 FROM scratch

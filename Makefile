@@ -9,6 +9,8 @@ VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
 LDFLAGS := -s -w -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Version=$(VERSION) -X github.com/envoy-shutdown-manager/shutdown-manager/internal/cli.Commit=$(COMMIT)
 FUZZTIME ?= 10s
+# The pod binary's own build flags (internal/image.PodBuildFlags says why; a test checks they are the same).
+POD_BUILDFLAGS := -tags=nethttpomithttp2 -gcflags=github.com/...=-l -gcflags=google.golang.org/...=-l -gcflags=go.yaml.in/...=-l
 
 .PHONY: all build image image-push release envoy kube helm demo bench bench-sweep bench-webhook test unit integration apiserver fuzz vet clean deploy e2e e2e-fleet
 
@@ -18,7 +20,7 @@ all: build
 # pod binary (drain, serve, run, resume, status, install, version: what the pod image holds as /shutdown-manager).
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager ./cmd/shutdown-manager
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/shutdown-manager-pod ./cmd/shutdown-manager-pod
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' $(POD_BUILDFLAGS) -o bin/shutdown-manager-pod ./cmd/shutdown-manager-pod
 
 # The two container images, built by Go (internal/image) without a Docker daemon, each FROM scratch with one static
 # binary at /shutdown-manager, user 65532, linux/amd64 + linux/arm64: the pod image (the pod binary; what inject

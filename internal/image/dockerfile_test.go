@@ -66,7 +66,8 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("the last stage has %d COPY/ADD/RUN instructions, want 1: one file, nothing else", n)
 	}
 	build := regexp.MustCompile(`RUN .*go build .*`).FindString(text)
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-buildvcs=false", `-ldflags "` + LDFlags("${VERSION}", "${REVISION}") + `"`, MainPackage} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "-buildvcs=false", `-ldflags "` + LDFlags("${VERSION}", "${REVISION}") + `"`,
+		strings.Join(PodBuildFlags, " "), MainPackage} {
 		if !strings.Contains(build, want) {
 			t.Errorf("the Dockerfile's go build %q lacks %q", build, want)
 		}
@@ -88,6 +89,13 @@ func TestMakefileBuildsAsCompile(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^build:\n\tCGO_ENABLED=0 \$\(GO\) build -trimpath -ldflags '\$\(LDFLAGS\)'`).Match(data) {
 		t.Error("make build no longer builds with CGO_ENABLED=0 -trimpath -ldflags '$(LDFLAGS)' as Compile does")
+	}
+	m = regexp.MustCompile(`(?m)^POD_BUILDFLAGS\s*:?=\s*(.*)$`).FindSubmatch(data)
+	if m == nil || strings.TrimSpace(string(m[1])) != strings.Join(PodBuildFlags, " ") {
+		t.Errorf("Makefile POD_BUILDFLAGS = %q, image.PodBuildFlags = %q", m, PodBuildFlags)
+	}
+	if !strings.Contains(string(data), "-ldflags '$(LDFLAGS)' $(POD_BUILDFLAGS) -o bin/shutdown-manager-pod "+MainPackage) {
+		t.Error("make build no longer builds the pod binary with $(POD_BUILDFLAGS), as Compile does")
 	}
 }
 

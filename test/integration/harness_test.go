@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -34,8 +35,11 @@ func TestMain(m *testing.M) {
 	}
 	smBin = filepath.Join(dir, "shutdown-manager")
 	cliBin = filepath.Join(dir, "cli", "shutdown-manager")
-	for _, b := range []struct{ out, pkg string }{{smBin, "../../cmd/shutdown-manager-pod"}, {cliBin, "../../cmd/shutdown-manager"}} {
-		build := exec.Command("go", "build", "-race", "-o", b.out, b.pkg)
+	for _, b := range []struct {
+		out, pkg string
+		flags    []string
+	}{{smBin, "../../cmd/shutdown-manager-pod", image.PodBuildFlags}, {cliBin, "../../cmd/shutdown-manager", nil}} {
+		build := exec.Command("go", append(append([]string{"build", "-race"}, b.flags...), "-o", b.out, b.pkg)...)
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building", b.pkg+":", err)

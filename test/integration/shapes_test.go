@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
@@ -86,11 +87,11 @@ func requireShapesRig(t *testing.T) {
 }
 
 // staticManager builds the binary as the pod image has it: the pod binary (cmd/shutdown-manager-pod), named
-// shutdown-manager, CGO_ENABLED=0 (it runs in a root with no libraries).
+// shutdown-manager, CGO_ENABLED=0 (it runs in a root with no libraries), with its own build flags.
 func staticManager(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "shutdown-manager")
-	build := exec.Command("go", "build", "-o", out, "../../cmd/shutdown-manager-pod")
+	build := exec.Command("go", append(append([]string{"build"}, image.PodBuildFlags...), "-o", out, "../../cmd/shutdown-manager-pod")...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the static shutdown-manager: %v: %s", err, b)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testpki"
@@ -347,11 +348,15 @@ func lookPath(name string) error {
 }
 
 // buildManager builds the main package pkg (./cmd/shutdown-manager, the full CLI, or ./cmd/shutdown-manager-pod,
-// the pod binary) as `make build` does, named shutdown-manager, and returns its path.
+// the pod binary, with its own build flags) as `make build` does, named shutdown-manager, and returns its path.
 func buildManager(t *testing.T, pkg string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "shutdown-manager")
-	build := exec.Command("go", "build", "-trimpath", "-o", bin, pkg)
+	args := []string{"build", "-trimpath"}
+	if pkg == image.MainPackage {
+		args = append(args, image.PodBuildFlags...) // as the pod image's
+	}
+	build := exec.Command("go", append(args, "-o", bin, pkg)...)
 	build.Dir = repoRoot
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {

@@ -116,6 +116,15 @@ func TestReleaseIsReproducible(t *testing.T) {
 		}
 	}
 
+	// The pod binary, copied into every Envoy pod, keeps within its budget (image.PodBuildFlags: issue 26).
+	for _, arch := range []string{"amd64", "arm64"} {
+		if n := len(a["shutdown-manager-pod-linux-"+arch]); n == 0 || n > podBinaryBudget {
+			t.Errorf("shutdown-manager-pod-linux-%s is %d bytes, over its budget of %d (or missing)", arch, n, podBinaryBudget)
+		} else {
+			t.Logf("shutdown-manager-pod-linux-%s: %d bytes (budget %d)", arch, n, podBinaryBudget)
+		}
+	}
+
 	// The binaries name the release and the commit they were built from.
 	rev, err := exec.Command("git", "-C", repoRoot(t), "rev-parse", "HEAD").Output()
 	if err != nil {
@@ -297,3 +306,7 @@ func TestReleaseNeedsSemanticVersion(t *testing.T) {
 		}
 	}
 }
+
+// podBinaryBudget is the most the pod binary may weigh, in bytes: 10 MB (it was 17.5 MB with the cluster's code,
+// 10.7 MB without it and without PodBuildFlags).
+const podBinaryBudget = 10_000_000
