@@ -671,7 +671,7 @@ func contourJobs(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	}
 	var jobs []job
 	for _, s := range contourScenarios {
-		jobs = append(jobs, job{s, func(t *testing.T) row { return runContourScenario(ctx, t, c, root, manager, contour, s) }})
+		jobs = append(jobs, job{s: s, run: func(t *testing.T) row { return runContourScenario(ctx, t, c, root, manager, contour, s) }})
 	}
 	return jobs
 }

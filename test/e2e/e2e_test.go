@@ -127,6 +127,7 @@ type row struct {
 	failedHooks    int      // the peers' scenarios: FailedPreStopHook Events
 	hooks          []string // the peers' scenarios: kubelet's error for each failed preStop hook
 	events         []string // the peers' scenarios: per pod, the reasons of its Events
+	steps          []row    // a job of several steps (day2_test.go): one row per step, reported instead of this one
 }
 
 func TestE2E(t *testing.T) {
@@ -170,9 +171,13 @@ func TestE2E(t *testing.T) {
 		if s.action == "webhook-down" && injectVia != "webhook" {
 			continue
 		}
-		jobs = append(jobs, job{s, func(t *testing.T) row { return runScenario(ctx, t, c, root, manager, s) }})
+		jobs = append(jobs, job{s: s, run: func(t *testing.T) row { return runScenario(ctx, t, c, root, manager, s) }})
 	}
 	jobs = append(jobs, contourJobs(ctx, t, c, root, manager)...)
+	if injectVia == "webhook" {
+		var done []row
+		jobs = append(jobs, job{s: day2Scenario, run: func(t *testing.T) row { return runDay2(ctx, t, c, root, manager, &done) }, done: &done})
+	}
 	rows := runJobs(ctx, t, jobs)
 	checkGoneSooner(t, rows, "kubeproxy-quiet-period-low-floor", "kubeproxy-fixed-floor")
 	if p := os.Getenv("E2E_REPORT"); p != "" {
@@ -197,6 +202,9 @@ func (s scenario) sharesCluster() bool {
 type job struct {
 	s   scenario
 	run func(t *testing.T) row
+	// done: a job of several steps appends each finished step's row here, so that a step that stops the job
+	// leaves the rows before it in the report (then its own, "stopped before its figures").
+	done *[]row
 }
 
 // runJobs runs every job as a subtest of t named for its scenario, those that share the cluster e2eParallel at a
@@ -213,8 +221,15 @@ func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 	one := func(i int) {
 		t.Run(jobs[i].s.name, func(t *testing.T) {
 			r := row{scenario: jobs[i].s, note: "stopped before its figures: see the test's log"}
-			defer func() { rows[i] = &r }() // a scenario that stopped early is in the report too
+			stopped := true
+			defer func() { // a scenario that stopped early is in the report too
+				if d := jobs[i].done; stopped && d != nil && len(*d) > 0 {
+					r.steps = append(*d, r)
+				}
+				rows[i] = &r
+			}()
 			r = jobs[i].run(t)
+			stopped = false
 		})
 	}
 	var wg sync.WaitGroup
@@ -243,7 +258,11 @@ func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 	}
 	var out []row
 	for _, r := range rows {
-		if r != nil {
+		switch {
+		case r == nil:
+		case len(r.steps) > 0: // a job of several steps (day2_test.go) reports a row per step
+			out = append(out, r.steps...)
+		default:
 			out = append(out, *r)
 		}
 	}
@@ -715,20 +734,8 @@ const (
 // registry with its namespace's Secret. Then it waits for the webhook's Deployment.
 func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
 	t.Helper()
-	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
-	if err != nil {
-		unavailable(t, "%v", err)
-	}
-	home := filepath.Join(c.Dir, "helm") // Helm's registry config and caches, away from the user's
-	helm := func(stdin string, args ...string) {
-		t.Helper()
-		cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), args...)
-		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
-		cmd.Stdin = strings.NewReader(stdin)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	helm := helmRunner(ctx, t, c)
+	home := helmHome(c)
 	helm("", "package", filepath.Join(root, "charts/shutdown-manager"), "--version", ChartVersion, "--app-version", ManagerVersion, "--destination", home)
 	helm(c.Registry.Password, "registry", "login", RegistryHost, "--username", RegistryUser, "--password-stdin", "--ca-file", c.Registry.CAFile)
 	helm("", "push", filepath.Join(home, "shutdown-manager-"+ChartVersion+".tgz"), ChartRepository, "--ca-file", c.Registry.CAFile)
@@ -741,6 +748,31 @@ func installChart(ctx context.Context, t *testing.T, c *Cluster, root string) {
 		"--set", "inject.imagePullPolicy=Always")
 	mustKubectl(ctx, t, c, "-n", ChartNamespace, "rollout", "status", "deployment/"+ChartRelease, "--timeout=180s")
 	waitWebhookInjects(ctx, t, c)
+}
+
+// helmHome holds Helm's registry configuration and caches for the run, away from the user's.
+func helmHome(c *Cluster) string { return filepath.Join(c.Dir, "helm") }
+
+// helmRunner returns a function that runs Helm (scripts/helm-binary.sh's) with helmHome, stdin as its input, and
+// returns its output; a failure fails t with Helm's output.
+func helmRunner(ctx context.Context, t *testing.T, c *Cluster) func(stdin string, args ...string) string {
+	t.Helper()
+	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
+	if err != nil {
+		unavailable(t, "%v", err)
+	}
+	home := helmHome(c)
+	return func(stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, filepath.Join(helmDir, "helm"), args...)
+		cmd.Env = append(os.Environ(), "HELM_CONFIG_HOME="+home+"/config", "HELM_CACHE_HOME="+home+"/cache", "HELM_DATA_HOME="+home+"/data")
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("helm %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
 }
 
 // waitWebhookInjects waits until the API server really reaches the webhook: a server-side dry run of a probe pod

@@ -80,6 +80,14 @@ func writeReport(path string, c *Cluster, rows []row, took time.Duration) error 
 		b.WriteString("only); the load runs until HAProxy has marked the deleted pod down. `kubeproxy-*`: through the Service's ClusterIP.\n")
 		b.WriteString("The fixed-floor row behind HAProxy is the control: the run fails if it loses no request.\n")
 	}
+	if slices.ContainsFunc(rows, func(r row) bool { return strings.HasPrefix(r.scenario.name, "day2-") }) {
+		b.WriteString("\nThe `day2-*` rows (test/e2e/day2_test.go, docs/install.md#version-skew) are the steps of one release's life, in\n")
+		fmt.Fprintf(&b, "order, on one workload (deploy/'s Envoy, hook mode, webhook-injected): N-1 is %s built from its own source (its image\n", PrevCommit)
+		fmt.Fprintf(&b, "build, pushed as `%s`; its chart packaged at %s), N this build. Each row's load runs through its whole\n", PrevImage, PrevChartVersion)
+		b.WriteString("step (the helm command included); its drain column gives, for each pod the step ended, the version that injected it\n")
+		b.WriteString("(its status annotation) and the manager's `drain finished` outcome. A step fails unless 0 requests failed and every\n")
+		b.WriteString("pod it ended logged one drain finished `drained`.\n")
+	}
 	writeRegistrySection(&b, c, rows)
 	if len(peerRows) > 0 {
 		writeContourSection(&b, peerRows)
