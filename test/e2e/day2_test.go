@@ -26,7 +26,7 @@ import (
 // Day 2 (issue 27, item 5): the release before this one (N−1) installed from the registry and injecting, then
 // `helm upgrade` to this one (N) with pods of both drained in one rollout, `helm rollback`, `helm uninstall` with
 // injected pods running, and `uninject` of the live workload — under load, each step counted on its own
-// (docs/upgrade.md states what the steps show).
+// (docs/install.md's version skew states what the steps show).
 //
 // N−1 is PrevCommit, built from its own source: `git archive` of the commit, its own image build
 // (`go run ./internal/image/build`, as its `make image` does) writing an OCI layout, which this test pushes
@@ -34,8 +34,10 @@ import (
 // Day2ChartNamespace), injecting only namespaces labelled day2Label, so that it never meets the shared release's
 // pods, nor they its webhook.
 const (
-	// PrevCommit is N−1: the main that landed in CI on 2026-11-25, of which the reviews of 2026-11-26 were made.
-	PrevCommit = "8180de7"
+	// PrevCommit is N−1: the main that landed in CI on 2026-11-25, of which the reviews of 2026-11-26 were made
+	// (PrevRevision in full: a shallow clone fetches it from its origin).
+	PrevCommit   = "8180de7"
+	PrevRevision = "8180de78f8e9bb4603aa3450f86bb462521eaf66"
 	// PrevVersion is N−1's version: its binary's, its image's tag, its chart's appVersion. Below ManagerVersion
 	// in SemVer's order (a numeric-led pre-release identifier sorts before "e2e").
 	PrevVersion      = "v0.0.0-" + PrevCommit
@@ -232,7 +234,13 @@ func buildPrevRelease(ctx context.Context, t *testing.T, c *Cluster, root string
 		}
 		return strings.TrimSpace(string(out))
 	}
-	revision := git("rev-parse", PrevCommit+"^{commit}")
+	if exec.CommandContext(ctx, "git", "-C", root, "cat-file", "-e", PrevRevision+"^{commit}").Run() != nil {
+		// A shallow clone lacks it: fetched from the clone's origin (the repository it was cloned from).
+		if out, err := exec.CommandContext(ctx, "git", "-C", root, "fetch", "--depth=1", "origin", PrevRevision).CombinedOutput(); err != nil {
+			t.Fatalf("N-1 (%s) is not in this clone's history, and fetching it from origin failed: %v\n%s", PrevRevision, err, out)
+		}
+	}
+	revision := git("rev-parse", PrevRevision+"^{commit}")
 	created := git("log", "-1", "--format=%ct", revision)
 	src := filepath.Join(c.Dir, "prev", "src")
 	if err := os.MkdirAll(src, 0o755); err != nil {
