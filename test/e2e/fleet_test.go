@@ -200,6 +200,7 @@ func runFleet(ctx context.Context, t *testing.T, c *Cluster, root, manager strin
 		t.Fatal(err)
 	}
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	createPullSecret(ctx, t, c, ns) // the injected containers' image is the registry's (the ServiceAccount names it)
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
