@@ -138,6 +138,13 @@ func DeregistrationShortfall(st Status) string {
 	if q, err := time.ParseDuration(st.Settings["quiet-period"]); err == nil {
 		quiet = &q
 	}
+	if quiet != nil && *quiet == 0 {
+		// No quiet period: the drain does not wait for new connections to stop; only its floor holds the pod.
+		floor := settingOr(st, "drain-delay", DefaultDrainDelay) + settingOr(st, "min-drain-duration", DefaultMinDrainDuration)
+		if floor < lb {
+			return fmt.Sprintf("quiet period 0s: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: %s) < the load balancer's deregistration delay %s: Envoy stops while new connections may still come (want a quiet period, or --min-drain-duration %s)", floor, lb, lb-settingOr(st, "drain-delay", DefaultDrainDelay))
+		}
+	}
 	need := DeregistrationNeed(lb, quiet)
 	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds, or no --drain-timeout: inject then sizes both", need, GraceNeeded(st.Mode, need))
 	switch {
@@ -147,6 +154,14 @@ func DeregistrationShortfall(st Status) string {
 		return fmt.Sprintf("drain timeout %s leaves %s after the load balancer's deregistration delay %s, less than the %s of silence the quiet period may want (want %s)", timeout, timeout-lb, lb, need-lb, fix)
 	}
 	return ""
+}
+
+// settingOr is the duration the status records for the drain setting name, else def.
+func settingOr(st Status, name string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(st.Settings[name]); err == nil {
+		return d
+	}
+	return def
 }
 
 // settingDeregistrationDelay is the key of Config.DeregistrationDelay in Status.Settings.

@@ -161,6 +161,8 @@ func TestDeregistration(t *testing.T) {
 		{"a requested timeout short of the silence after it", 2 * time.Minute, nil, dur("125s"), 30, 125 * time.Second, 130,
 			"drain timeout 2m5s leaves 5s after the load balancer's deregistration delay 2m0s, less than the 10s of silence the quiet period may want (want --drain-timeout 2m10s and a grace period of 135s, or no --drain-timeout: inject then sizes both)"},
 		{"a requested timeout that covers it", time.Minute, dur("3s"), dur("63s"), 30, 63 * time.Second, 68, ""},
+		{"no quiet period: the floor alone holds", time.Minute, dur("0s"), nil, 30, time.Minute, 65,
+			"quiet period 0s: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: 5s) < the load balancer's deregistration delay 1m0s: Envoy stops while new connections may still come (want a quiet period, or --min-drain-duration 1m0s)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			mode := ModeHook
@@ -187,6 +189,16 @@ func TestDeregistration(t *testing.T) {
 				t.Errorf("shortfall:\n got %q\nwant %q", got, tt.shortfall)
 			}
 		})
+	}
+	// No quiet period, but a floor as long as the delay: it holds the pod through it.
+	floorMeta := metav1.ObjectMeta{Name: "envoy"}
+	floorSpec := corev1.PodSpec{Containers: []corev1.Container{{Name: "envoy", Image: "envoyproxy/envoy:v1.40.0"}}}
+	if err := Inject(&floorMeta, &floorSpec, Config{Image: "sm:1", DeregistrationDelay: 20 * time.Second,
+		Drain: Drain{QuietPeriod: dur("0s"), MinDuration: dur("20s")}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := ParseStatus(&floorMeta); DeregistrationShortfall(st) != "" {
+		t.Errorf("quiet period 0, floor 20s, delay 20s: shortfall %q, want none", DeregistrationShortfall(st))
 	}
 	// No delay given: nothing recorded, nothing to say.
 	meta := metav1.ObjectMeta{Name: "envoy"}

@@ -350,6 +350,19 @@ func (in *injection) deregistration(lb time.Duration) Finding {
 		}
 		fixed, what = &d, "--quiet-period "+v
 	}
+	if fixed != nil && *fixed == 0 {
+		// No quiet period: the drain does not wait for new connections to stop; only its floor holds the pod.
+		floor, err := in.floor()
+		if err != nil {
+			f.Result, f.Reason = ResultFail, err.Error()
+			return f
+		}
+		if floor < lb {
+			f.Result = ResultFail
+			f.Reason = fmt.Sprintf("--quiet-period 0: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: %s) < %s the load balancer may keep sending: Envoy stops while they still come (want a quiet period, or a minimum drain duration that covers it)", floor, lb)
+			return f
+		}
+	}
 	need := inject.DeregistrationNeed(lb, fixed)
 	quiet := need - lb
 	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds", need, inject.GraceNeeded(in.st.Mode, need))

@@ -221,6 +221,11 @@ func TestCheckDeregistration(t *testing.T) {
 	agent := mustRead(t, injectedPod(t, inject.Config{Mode: inject.ModeAgent}, ptr[int64](60)))
 	want(t, "agent, derived", agent.deregistration(60*time.Second), ResultFail, "53s (--termination-grace-period 1m0s - 7s) < 1m0s", "grace period of 77s")
 
+	off := time.Duration(0)
+	noQuiet := mustRead(t, injectedPod(t, inject.Config{Drain: inject.Drain{Timeout: &d130, QuietPeriod: &off}}, nil))
+	want(t, "no quiet period, a short floor", noQuiet.deregistration(time.Minute), ResultFail, "--quiet-period 0", "floor (drain delay + minimum drain duration: 5s) < 1m0s")
+	want(t, "no quiet period, the floor covers it", noQuiet.deregistration(5*time.Second), ResultOK)
+
 	// The delay inject was given is the one checked when --deregistration-delay is not; the flag wins.
 	recorded := mustRead(t, injectedPod(t, inject.Config{DeregistrationDelay: 90 * time.Second}, nil))
 	if got := recorded.deregistrationDelay(0); got != 90*time.Second {
