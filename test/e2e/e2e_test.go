@@ -25,6 +25,7 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
 
 // interrupted ends on SIGINT or SIGTERM: every wait of the test selects on it, so an interrupted run fails its
@@ -878,6 +879,31 @@ func runWebhookDown(ctx context.Context, t *testing.T, c *Cluster, ns, text stri
 	default:
 		r.pass = true
 	}
+	// The webhook back: its audit's first pass (at start) finds the pods admitted without it and records the
+	// Warning Event webhook.ReasonMissing on each (docs/webhook.md), which is how a cluster without the API
+	// server's metrics sees them.
+	mustKubectl(ctx, t, c, "-n", ChartNamespace, "scale", "deployment/"+ChartRelease, "--replicas=2")
+	var missing map[string]bool
+	err := poll(ctx, 3*time.Minute, func() error {
+		out, err := c.kubectl(ctx, "-n", ns, "get", "events", "--field-selector", "reason="+webhook.ReasonMissing+",involvedObject.kind=Pod",
+			"-o", `jsonpath={range .items[*]}{.involvedObject.name}{"\n"}{end}`)
+		if err != nil {
+			return err
+		}
+		missing = map[string]bool{}
+		for _, p := range strings.Fields(out) {
+			missing[p] = true
+		}
+		if len(missing) < 3 {
+			return fmt.Errorf("%s Events on %d of the 3 pods", webhook.ReasonMissing, len(missing))
+		}
+		return nil
+	})
+	if err != nil {
+		r.pass = false
+		t.Errorf("the webhook's audit did not report the uninjected pods: %v", err)
+	}
+	r.note += fmt.Sprintf("; the webhook back, its audit's %s Warning Events on %d pods", webhook.ReasonMissing, len(missing))
 	return r
 }
 
