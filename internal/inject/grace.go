@@ -122,35 +122,62 @@ func DeregistrationNeed(lb time.Duration, quiet *time.Duration) time.Duration {
 	return drain.AddDurations(lb, silence)
 }
 
+// DeregistrationGap is what a drain's settings lack to hold a pod through a load balancer's deregistration delay.
+type DeregistrationGap int
+
+const (
+	GapNone    DeregistrationGap = iota
+	GapFloor                     // no quiet period (the drain does not wait for arrivals to stop) and the floor < the delay
+	GapTimeout                   // the drain timeout < the delay
+	GapSilence                   // the timeout covers the delay, not the quiet period's longest silence after it
+)
+
+// DeregistrationFit is the gap of a drain with this timeout, floor (drain delay + minimum drain duration) and
+// quiet period (nil: auto) behind a load balancer that may send new connections for lb: the one rule inject's
+// warning and `check` both apply.
+func DeregistrationFit(lb, timeout, floor time.Duration, quiet *time.Duration) DeregistrationGap {
+	switch {
+	case quiet != nil && *quiet == 0 && floor < lb:
+		return GapFloor
+	case timeout < lb:
+		return GapTimeout
+	case timeout < DeregistrationNeed(lb, quiet):
+		return GapSilence
+	}
+	return GapNone
+}
+
+// RecordedDeregistrationDelay is the deregistration delay inject was given for the pod, from its status; 0: none.
+func RecordedDeregistrationDelay(st Status) time.Duration {
+	if d, err := time.ParseDuration(st.Settings[settingDeregistrationDelay]); err == nil && d > 0 {
+		return d
+	}
+	return 0
+}
+
 // DeregistrationShortfall says, for a pod inject injected (its status annotation), why its drain timeout cannot
 // hold it through the load balancer's deregistration delay it recorded, with the numbers and the settings that
 // would; "" when it can, or when no delay was given. (A --drain-timeout given shorter is kept as given.)
 func DeregistrationShortfall(st Status) string {
-	lb, err := time.ParseDuration(st.Settings[settingDeregistrationDelay])
-	if err != nil || lb <= 0 {
-		return ""
-	}
+	lb := RecordedDeregistrationDelay(st)
 	timeout, err := time.ParseDuration(st.DrainTimeout)
-	if err != nil {
+	if lb == 0 || err != nil {
 		return ""
 	}
 	var quiet *time.Duration
 	if q, err := time.ParseDuration(st.Settings["quiet-period"]); err == nil {
 		quiet = &q
 	}
-	if quiet != nil && *quiet == 0 {
-		// No quiet period: the drain does not wait for new connections to stop; only its floor holds the pod.
-		floor := settingOr(st, "drain-delay", DefaultDrainDelay) + settingOr(st, "min-drain-duration", DefaultMinDrainDuration)
-		if floor < lb {
-			return fmt.Sprintf("quiet period 0s: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: %s) < the load balancer's deregistration delay %s: Envoy stops while new connections may still come (want a quiet period, or --min-drain-duration %s)", floor, lb, lb-settingOr(st, "drain-delay", DefaultDrainDelay))
-		}
-	}
+	delay := settingOr(st, "drain-delay", DefaultDrainDelay)
+	floor := delay + settingOr(st, "min-drain-duration", DefaultMinDrainDuration)
 	need := DeregistrationNeed(lb, quiet)
 	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds, or no --drain-timeout: inject then sizes both", need, GraceNeeded(st.Mode, need))
-	switch {
-	case timeout < lb:
+	switch DeregistrationFit(lb, timeout, floor, quiet) {
+	case GapFloor:
+		return fmt.Sprintf("quiet period 0s: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: %s) < the load balancer's deregistration delay %s: Envoy stops while new connections may still come (want a quiet period, or --min-drain-duration %s)", floor, lb, lb-delay)
+	case GapTimeout:
 		return fmt.Sprintf("drain timeout %s < the load balancer's deregistration delay %s: the drain releases, and Envoy stops, while new connections may still come (want %s)", timeout, lb, fix)
-	case timeout < need:
+	case GapSilence:
 		return fmt.Sprintf("drain timeout %s leaves %s after the load balancer's deregistration delay %s, less than the %s of silence the quiet period may want (want %s)", timeout, timeout-lb, lb, need-lb, fix)
 	}
 	return ""

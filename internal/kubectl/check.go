@@ -321,10 +321,7 @@ func (in *injection) deregistrationDelay(flag time.Duration) time.Duration {
 	if flag > 0 {
 		return flag
 	}
-	if d, err := time.ParseDuration(in.st.Settings["deregistration-delay"]); err == nil && d > 0 {
-		return d
-	}
-	return 0
+	return inject.RecordedDeregistrationDelay(in.st)
 }
 
 // deregistration says whether the drain holds for a load balancer that may send new connections for lb after the
@@ -350,27 +347,25 @@ func (in *injection) deregistration(lb time.Duration) Finding {
 		}
 		fixed, what = &d, "--quiet-period "+v
 	}
-	if fixed != nil && *fixed == 0 {
-		// No quiet period: the drain does not wait for new connections to stop; only its floor holds the pod.
-		floor, err := in.floor()
-		if err != nil {
+	var floor time.Duration
+	if fixed != nil && *fixed == 0 { // the floor matters only without a quiet period
+		var err error
+		if floor, err = in.floor(); err != nil {
 			f.Result, f.Reason = ResultFail, err.Error()
-			return f
-		}
-		if floor < lb {
-			f.Result = ResultFail
-			f.Reason = fmt.Sprintf("--quiet-period 0: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: %s) < %s the load balancer may keep sending: Envoy stops while they still come (want a quiet period, or a minimum drain duration that covers it)", floor, lb)
 			return f
 		}
 	}
 	need := inject.DeregistrationNeed(lb, fixed)
 	quiet := need - lb
 	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds", need, inject.GraceNeeded(in.st.Mode, need))
-	switch {
-	case timeout < lb:
+	switch inject.DeregistrationFit(lb, timeout, floor, fixed) {
+	case inject.GapFloor:
+		f.Result = ResultFail
+		f.Reason = fmt.Sprintf("--quiet-period 0: the drain does not wait for new connections to stop, and its floor (drain delay + minimum drain duration: %s) < %s the load balancer may keep sending: Envoy stops while they still come (want a quiet period, or a minimum drain duration that covers it)", floor, lb)
+	case inject.GapTimeout:
 		f.Result = ResultFail
 		f.Reason = fmt.Sprintf("drain timeout %s (%s) < %s the load balancer may keep sending: the drain releases, and Envoy stops, while new connections still come (want %s)", timeout, from, lb, fix)
-	case timeout < need:
+	case inject.GapSilence:
 		f.Result = ResultWarn
 		f.Reason = fmt.Sprintf("drain timeout %s (%s) leaves %s after the load balancer's %s, less than the %s of silence the quiet period may want (%s) (want %s)", timeout, from, timeout-lb, lb, quiet, what, fix)
 	default:
