@@ -92,11 +92,16 @@ func (c *Cluster) AddNode(ctx context.Context, tb testing.TB, k int) *Node {
 	if err := n.makeCgroups(); err != nil {
 		tb.Fatalf("node %s: cgroups: %v", n.Name, err)
 	}
+	// The node's containerd trusts the registry's CA as the first node's does (the pods' pull Secret gives the
+	// credentials): a pod injected with --image-pull-policy=Always pulls the manager's image from the registry on
+	// whichever node it runs.
+	if err := c.Registry.writeHostsTOML(certsDir(n.Dir)); err != nil {
+		tb.Fatalf("node %s: containerd's hosts.toml for the registry: %v", n.Name, err)
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		tb.Fatalf("node %s: containerd: %v", n.Name, err)
 	}
-	// The manager's image too: the extra nodes are not given the registry's CA and credentials (not yet: the
-	// registry is make e2e's, on the first node's address).
+	// The manager's image too, for the peers' pods that name it by tag with IfNotPresent (the takeover rows).
 	for _, a := range []string{"images.tar", "manager.tar"} {
 		if out, err := n.ctr(ctx, "images", "import", filepath.Join(c.Dir, a)); err != nil {
 			tb.Fatalf("node %s: importing %s: %v: %s", n.Name, a, err, out)

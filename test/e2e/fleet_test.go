@@ -125,8 +125,8 @@ func TestFleet(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building shutdown-manager: %v: %s", err, out)
 	}
-	// The fleet's pods carry no pull Secret: the first node gets the manager's image imported as the others do
-	// (make e2e's scenarios pull it from the registry).
+	// The peers' pods of the takeover rows name the manager's image by tag (IfNotPresent) and carry no pull
+	// Secret: the first node gets it imported as the others do. The fleet-* rows' pods pull it from the registry.
 	if out, err := c.ctr(ctx, "images", "import", filepath.Join(c.Dir, "manager.tar")); err != nil {
 		t.Fatalf("importing the manager's image: %v: %s", err, out)
 	}
