@@ -58,8 +58,11 @@ type scenario struct {
 	// nativeSidecar: Envoy runs as a native sidecar beside a main container (nativesidecar_test.go).
 	nativeSidecar bool
 	// lb: the "lb-delete-pod" action's load balancer (lb_test.go): "tcp" HAProxy passing TCP through, no retries;
-	// "http-retry" HAProxy in HTTP mode retrying failed connects on another pod; "" kube-proxy (the ClusterIP).
+	// "tcp-shutdown-sessions" the same killing a server's sessions when it marks it down; "http-retry" HAProxy in
+	// HTTP mode retrying failed connects on another pod; "" kube-proxy (the ClusterIP).
 	lb string
+	// long: the "lb-delete-pod" action's load has long requests (LongRequest) on keep-alive connections as well.
+	long bool
 	// reportOnly: the figures are reported, with no pass or fail of their own (a variant shown for comparison).
 	reportOnly bool
 }
@@ -95,6 +98,12 @@ var scenarios = []scenario{
 	{name: "lb-haproxy-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod", lb: "tcp", control: true},
 	{name: "lb-haproxy-quiet-period", inject: []string{"--mode=hook"}, action: "lb-delete-pod", lb: "tcp"},
 	{name: "lb-haproxy-http-retry-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod", lb: "http-retry", reportOnly: true},
+	// Long requests in flight behind an HAProxy that kills a server's sessions when it marks it down (as AWS NLB's
+	// unhealthy connection termination does by default): the defaults lose the ones on the pod at that instant,
+	// which no drain can hold (the control), and the drain must say so, not "0 in flight"; the documented remedy,
+	// the same HAProxy without session killing (docs/examples/haproxy.cfg as it is), loses none and reports no cut.
+	{name: "lb-haproxy-shutdown-sessions", inject: []string{"--mode=hook"}, action: "lb-delete-pod", lb: "tcp-shutdown-sessions", long: true, control: true},
+	{name: "lb-haproxy-long-requests", inject: []string{"--mode=hook"}, action: "lb-delete-pod", lb: "tcp", long: true},
 	{name: "kubeproxy-fixed-floor", inject: []string{"--mode=hook", "--quiet-period=0s"}, action: "lb-delete-pod"},
 	// A fixed quiet period with a low floor: through kube-proxy the pod goes sooner than with the fixed floor
 	// (checkGoneSooner). With the default (auto) and that floor, the pod goes at the floor when no request
@@ -569,6 +578,14 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 }
 
 // podEventReasons lists the reasons of the Events about pod, in the order the API server lists them.
+// podEventMessages returns the messages of pod's Events of reason.
+func podEventMessages(ctx context.Context, t *testing.T, c *Cluster, ns, pod, reason string) []string {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "events", "--field-selector", "involvedObject.name="+pod+",reason="+reason,
+		"-o", `jsonpath={range .items[*]}{.message}{"\n"}{end}`)
+	return strings.FieldsFunc(out, func(r rune) bool { return r == '\n' })
+}
+
 func podEventReasons(ctx context.Context, t *testing.T, c *Cluster, ns, pod string) []string {
 	t.Helper()
 	out := mustKubectl(ctx, t, c, "-n", ns, "get", "events", "--field-selector", "involvedObject.name="+pod,

@@ -7,9 +7,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -41,15 +43,30 @@ const (
 // bounded by the file's 2 s check timeout, and then some.
 const lbMarkDownWait = 20 * time.Second
 
+// lbLongClients and lbLongRequest: the long requests of a scenario with long set, each client one keep-alive
+// connection through the load balancer sending them back to back (started before the per-request load, so that
+// HAProxy's round robin spreads them over the pods). A request that began in the warm-up (loadWarmUp) is in flight
+// until 17–20 s after the delete, long after HAProxy marks the pod down (6–9 s): the test asserts that the pod
+// had such sessions then.
+const (
+	lbLongClients = 6
+	lbLongRequest = 20 * time.Second
+)
+
 // haproxyConfig returns docs/examples/haproxy.cfg bound to bind, its servers the pods ips (by name) on :8080.
 // mode "tcp": the file as it is, TCP passed through, no retry and no redispatch (a connect failure reaches the
-// client, as with NLB); "http-retry": an L7 proxy that retries a failed connect on another pod (HTTP mode,
-// retry-on conn-failure, redispatch), which hides connect failures from clients.
+// client, as with NLB); "tcp-shutdown-sessions": the same, killing the sessions of a server it marks down
+// (on-marked-down shutdown-sessions: what AWS NLB's unhealthy connection termination does by default);
+// "http-retry": an L7 proxy that retries a failed connect on another pod (HTTP mode, retry-on conn-failure,
+// redispatch), which hides connect failures from clients.
 func haproxyConfig(root, mode, bind string, pods, ips []string) (string, error) {
 	edits := []replacement{{"\n  bind :80\n", "\n  bind " + bind + "\n"}}
-	if mode == "http-retry" {
+	switch mode {
+	case "http-retry":
 		edits = append(edits, replacement{"  mode tcp\n  retries 0\n  no option redispatch\n",
 			"  mode http\n  retries 3\n  retry-on conn-failure\n  option redispatch 1\n"})
+	case "tcp-shutdown-sessions":
+		edits = append(edits, replacement{" inter 3s fall 3 rise 2\n", " inter 3s fall 3 rise 2 on-marked-down shutdown-sessions\n"})
 	}
 	return haproxyConfigFrom(root, haproxyExample, edits, pods, ips, 8080)
 }
@@ -165,19 +182,41 @@ func (h *haproxy) up(server string, since time.Time) (at time.Duration, reason s
 // marked returns the first line after since where HAProxy reported server as state (DOWN or UP): how long after
 // since it was read, and the line's reason.
 func (h *haproxy) marked(server, state string, since time.Time) (at time.Duration, reason string, ok bool) {
+	at, text, ok := h.markedLine(server, state, since)
+	if !ok {
+		return 0, "", false
+	}
+	reason = text
+	if _, r, found := strings.Cut(text, "reason: "); found {
+		reason, _, _ = strings.Cut(r, ", check duration")
+	}
+	return at, reason, true
+}
+
+// markedLine returns the first line after since where HAProxy reported server as state, and when it was read.
+func (h *haproxy) markedLine(server, state string, since time.Time) (at time.Duration, text string, ok bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, l := range h.lines {
-		if l.at.Before(since) || !strings.Contains(l.text, "Server envoy/"+server+" is "+state) {
-			continue
+		if !l.at.Before(since) && strings.Contains(l.text, "Server envoy/"+server+" is "+state) {
+			return l.at.Sub(since), l.text, true
 		}
-		reason = l.text
-		if _, r, found := strings.Cut(l.text, "reason: "); found {
-			reason, _, _ = strings.Cut(r, ", check duration")
-		}
-		return l.at.Sub(since), reason, true
 	}
 	return 0, "", false
+}
+
+var sessionsActive = regexp.MustCompile(`(\d+) sessions active`)
+
+// activeAtDown returns the sessions HAProxy had open to server when it marked it down after since (its log line's
+// "N sessions active"); ok false if it did not mark it down or did not say.
+func (h *haproxy) activeAtDown(server string, since time.Time) (int, bool) {
+	_, text, ok := h.markedLine(server, "DOWN", since)
+	m := sessionsActive.FindStringSubmatch(text)
+	if !ok || m == nil {
+		return 0, false
+	}
+	n, err := strconv.Atoi(m[1])
+	return n, err == nil
 }
 
 // podIPs returns the IP of each pod.
@@ -210,6 +249,10 @@ func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr s
 			t.Fatalf("through HAProxy: %v\n%s", err, lb.log())
 		}
 	}
+	var long *testbed.Load
+	if s.long {
+		long = testbed.KeepAlive(ctx, addr, lbLongClients, 0, "/sleep?d="+lbLongRequest.String())
+	}
 	l := testbed.ConnPerRequest(ctx, addr, lbClients, lbInterval, "/")
 	logs := followLogs(ctx, c, ns, victim, managerContainer(s))
 	if !wait(ctx, loadWarmUp) {
@@ -239,6 +282,20 @@ func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr s
 	res := l.Wait()
 	r.sent, r.failed, r.errors, r.connectionShut = res.Sent, res.Failed, res.Errors, res.ConnectionClose
 	r.p99 = percentile(l.Latencies(), 0.99)
+	var longRes testbed.Result
+	if long != nil {
+		// The long requests in flight end (at most lbLongRequest from now): each is counted.
+		long.Drain()
+		longRes = long.Wait()
+		r.sent, r.failed, r.connectionShut = r.sent+longRes.Sent, r.failed+longRes.Failed, r.connectionShut+longRes.ConnectionClose
+		r.errors = maps.Clone(r.errors)
+		if r.errors == nil {
+			r.errors = map[string]int64{}
+		}
+		for k, v := range longRes.Errors {
+			r.errors[k] += v
+		}
+	}
 	select {
 	case <-logs.done:
 	case <-time.After(10 * time.Second):
@@ -256,7 +313,19 @@ func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr s
 			notes = append(notes, "HAProxy never marked the pod down")
 		}
 	}
-	notes = append(notes, "drain: "+strings.Join(logs.drainReasons(), "; "))
+	reasonsText := strings.Join(logs.drainReasons(), "; ")
+	cut := cutRequests(reasonsText)
+	var cutEvent bool
+	active, activeOK := 0, false
+	if long != nil {
+		active, activeOK = lb.activeAtDown(victim, began)
+		notes = append(notes, fmt.Sprintf("long requests (%d clients, %s each, keep-alive): %d sent, %d failed; the drain reported %d cut by the client side; HAProxy had %d sessions on the pod when it marked it down",
+			lbLongClients, lbLongRequest, longRes.Sent, longRes.Failed, cut, active))
+		for _, m := range podEventMessages(ctx, t, c, ns, victim, "Drained") {
+			cutEvent = cutEvent || cutRequests(m) > 0
+		}
+	}
+	notes = append(notes, "drain: "+reasonsText)
 	r.note = strings.Join(notes, "; ")
 	t.Logf("%s: sent=%d failed=%d errors=%v p99=%s pod gone in %s; drains: %v; %s; Events: %v", s.name, r.sent, r.failed,
 		r.errors, r.p99, r.gone.Round(time.Millisecond), r.drain, r.note, reasons)
@@ -267,14 +336,37 @@ func runLBDelete(ctx context.Context, t *testing.T, c *Cluster, root, ns, addr s
 		t.Errorf("events of pod %s: %v; want DrainStarted and Drained", victim, reasons)
 	case s.reportOnly:
 		r.pass = true
+	case s.long && (!activeOK || active == 0):
+		t.Errorf("HAProxy had no session on the pod when it marked it down (%d, read: %v): this run shows nothing of sessions killed or kept", active, activeOK)
+	case s.control && r.failed == 0 && s.long:
+		t.Errorf("the control (HAProxy killing the sessions of the pod it marks down) lost no request: this test cannot show the drain reporting a cut")
 	case s.control && r.failed == 0:
 		t.Errorf("the control (the fixed floor alone behind a load balancer) lost no request: this test cannot tell the quiet period from none")
 	case !s.control && r.failed > 0:
 		t.Errorf("%d of %d requests failed: %v", r.failed, r.sent, r.errors)
+	case s.long && r.failed > 0 && (cut == 0 || !cutEvent):
+		t.Errorf("the clients lost %d requests (%v) and the drain reported %d cut by the client side (in its Drained Event: %v): the loss is hidden",
+			r.failed, r.errors, cut, cutEvent)
+	case s.long && r.failed == 0 && cut > 0:
+		t.Errorf("no request was lost, yet the drain reported %d cut by the client side", cut)
 	default:
 		r.pass = true
 	}
 	return r
+}
+
+// clientCut finds the drain's count of requests cut by the client side in its reason (drain.Cut.Text).
+var clientCut = regexp.MustCompile(`the client side cut (\d+) requests? in flight`)
+
+// cutRequests returns the requests cut by the client side that text (a drain's reason, an Event's message)
+// reports; 0 if it reports none.
+func cutRequests(text string) int {
+	n := 0
+	for _, m := range clientCut.FindAllStringSubmatch(text, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+	}
+	return n
 }
 
 // drainReasons returns, from the manager's JSON log, why the floor and the quiet period ended ("drain phase

@@ -79,6 +79,12 @@ func writeReport(path string, c *Cluster, rows []row, took time.Duration) error 
 		b.WriteString("3 failures to mark a pod down; the `http-retry` row is HTTP mode retrying failed connects on another pod, reported\n")
 		b.WriteString("only); the load runs until HAProxy has marked the deleted pod down. `kubeproxy-*`: through the Service's ClusterIP.\n")
 		b.WriteString("The fixed-floor row behind HAProxy is the control: the run fails if it loses no request.\n")
+		fmt.Fprintf(&b, "The rows with long requests add %d clients, each a keep-alive connection through HAProxy sending `/sleep?d=%s` back\n", lbLongClients, lbLongRequest)
+		b.WriteString("to back. `lb-haproxy-shutdown-sessions` is the same HAProxy with `on-marked-down shutdown-sessions` (what AWS NLB's\n")
+		b.WriteString("unhealthy connection termination does by default): the control, it must lose the long requests on the pod when HAProxy\n")
+		b.WriteString("marks it down, and the run fails unless the drain's reason and its Drained Event report them cut by the client side;\n")
+		b.WriteString("`lb-haproxy-long-requests`, the file as it is (the documented remedy: no session killing), must lose none and report\n")
+		b.WriteString("no cut. Both fail unless HAProxy had sessions on the pod when it marked it down (its log's \"N sessions active\").\n")
 	}
 	if slices.ContainsFunc(rows, func(r row) bool { return strings.HasPrefix(r.scenario.name, "day2-") }) {
 		b.WriteString("\nThe `day2-*` rows (test/e2e/day2_test.go, docs/install.md#version-skew) are the steps of one release's life, in\n")
