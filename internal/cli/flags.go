@@ -11,13 +11,15 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drainflag"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
-// countFlags say where Envoy's admin API is and what counts as work in flight: all that `status` needs.
+// countFlags say where Envoy's admin API is and what counts as work in flight: all that `status` needs. They, the
+// drainFlags and the LogFlags are registered from drainflag's table, which declares each one's name, help and
+// default (inject names the flags it writes into pods by the same rows).
 type countFlags struct {
 	admin        string
 	adminTimeout time.Duration
@@ -27,14 +29,12 @@ type countFlags struct {
 }
 
 func (f *countFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.admin, "admin-address", defaultAdmin, "Envoy's admin API: http://IP:PORT, IP:PORT (the same: plain HTTP) or unix:///path/admin.sock; an IP, not a name (localhost may resolve to ::1)")
-	fs.DurationVar(&f.adminTimeout, "admin-timeout", time.Second, "timeout of each admin API request")
-	fs.StringVar(&f.count, "count", string(drain.ModeInflight), "what counts as work in flight: inflight (HTTP requests + non-HTTP connections), connections (every downstream connection), requests (HTTP requests)")
-	fs.Var(&f.include, "listener-include", "regular expression on stat scopes (listener.<addr>, http.<prefix>): only groups with a matching member count (repeatable)")
-	fs.Var(&f.exclude, "listener-exclude", "regular expression on stat scopes (listener.<addr>, http.<prefix>): groups with a matching member do not count (repeatable)")
+	drainflag.AdminAddress.Var(fs, &f.admin)
+	drainflag.AdminTimeout.Var(fs, &f.adminTimeout)
+	drainflag.Count.Var(fs, &f.count)
+	drainflag.ListenerInclude.Var(fs, &f.include)
+	drainflag.ListenerExclude.Var(fs, &f.exclude)
 }
-
-const defaultAdmin = "http://127.0.0.1:9901"
 
 // adminFound ends the help of --admin-address for the commands that find Envoy themselves (drain, status, resume).
 const adminFound = "\n(not given: read from the bootstrap on the command line of Envoy's process, when this process can see it, as an exec hook in Envoy's container does; with several Envoy processes, PID 1, else the oldest; no Envoy process or no fixed address in its bootstrap: the default)"
@@ -53,7 +53,7 @@ func (f *countFlags) config() (manager.StatusConfig, error) {
 		return manager.StatusConfig{}, Usagef("--count: %v", err)
 	}
 	return manager.StatusConfig{Admin: addr, AdminTimeout: f.adminTimeout, Mode: mode,
-		Selector: drain.Selector{Include: f.include, Exclude: f.exclude, Names: flagName}}, nil
+		Selector: drain.Selector{Include: f.include, Exclude: f.exclude, Names: drainflag.Named}}, nil
 }
 
 // drainFlags are the flags every front end of the drain engine shares (serve, drain, run).
@@ -72,16 +72,15 @@ type drainFlags struct {
 
 func (f *drainFlags) register(fs *flag.FlagSet) {
 	f.countFlags.register(fs)
-	fs.DurationVar(&f.delay, "drain-delay", drain.DefaultDelay, "keep serving normally this long before failing health checks (endpoint propagation, external load balancers)")
-	fs.DurationVar(&f.minDuration, "min-drain-duration", drain.DefaultMinDuration, "after failing health checks, keep accepting at least this long before releasing (the floor)")
-	f.quiet = quietFlag{auto: true}
-	fs.Var(&f.quiet, "quiet-period", "past --min-drain-duration, keep accepting until no new connection and no new request has arrived for this long (readiness listeners' probes apart), within --drain-timeout: auto reads the silence needed from the traffic seen since health checks failed (at least 0.5s, at most 10s); a `duration` is a fixed silence; 0 turns it off")
-	fs.DurationVar(&f.timeout, "drain-timeout", drain.DefaultTimeout, "release at the latest this long after the trigger, whatever is still in flight")
-	fs.DurationVar(&f.interval, "check-interval", drain.DefaultInterval, "longest time between two polls of Envoy's stats; while waiting to release, polls come sooner when they are cheap (10x the last poll's duration); never less than 25ms apart, whatever this says")
-	fs.Int64Var(&f.threshold, "min-open-connections", 0, "release when the work in flight is at or below this")
-	fs.StringVar(&f.listeners, "drain-listeners", string(drain.ListenerDrainNone), "also start Envoy's graceful listener drain after failing health checks: none, inbound, all (for listeners with drain_type MODIFY_ONLY)")
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "record Kubernetes Events (DrainStarted, Drained, …) on this pod through the API server of this kubeconfig file (default: the in-cluster config, when running in a pod); the pod is named by "+events.EnvPodName+" and "+events.EnvPodNamespace+"; without them or without access: one warning, no Events, the drain unaffected")
-	fs.DurationVar(&f.goneAfter, "envoy-gone-after", drain.DefaultGoneAfter, "if Envoy's admin API refuses every connection (or its socket is missing) this long and Envoy is shown gone (drain: no Envoy process in its container; serve: the admin answered before; run: Envoy exited), release at once (outcome envoy_gone, exit 0); Envoy shown running there: a configuration error, held to the deadline (outcome misconfigured, drain exits 3)")
+	drainflag.DrainDelay.Var(fs, &f.delay)
+	drainflag.MinDrainDuration.Var(fs, &f.minDuration)
+	drainflag.QuietPeriod.Var(fs, &f.quiet)
+	drainflag.DrainTimeout.Var(fs, &f.timeout)
+	drainflag.CheckInterval.Var(fs, &f.interval)
+	drainflag.MinOpenConnections.Var(fs, &f.threshold)
+	drainflag.DrainListeners.Var(fs, &f.listeners)
+	drainflag.Kubeconfig.Var(fs, &f.kubeconfig)
+	drainflag.EnvoyGoneAfter.Var(fs, &f.goneAfter)
 }
 
 // config validates the flags into the engine's configuration.
@@ -116,33 +115,10 @@ func (f *drainFlags) config() (manager.EngineConfig, error) {
 	return manager.EngineConfig{Drain: cfg, Admin: sc.Admin, AdminTimeout: sc.AdminTimeout, Kubeconfig: f.kubeconfig, Version: Version}, nil
 }
 
-// flags spell the drain's settings as the flags that set them.
-var flags = map[drain.Setting]string{
-	drain.SettingDelay:           "--drain-delay",
-	drain.SettingMinDuration:     "--min-drain-duration",
-	drain.SettingQuietPeriod:     "--quiet-period",
-	drain.SettingTimeout:         "--drain-timeout",
-	drain.SettingInterval:        "--check-interval",
-	drain.SettingThreshold:       "--min-open-connections",
-	drain.SettingMode:            "--count",
-	drain.SettingListenerDrain:   "--drain-listeners",
-	drain.SettingGoneAfter:       "--envoy-gone-after",
-	drain.SettingListenerInclude: "--listener-include",
-	drain.SettingListenerExclude: "--listener-exclude",
-}
-
-// flagName spells a drain setting as its flag.
-func flagName(s drain.Setting) string {
-	if f, ok := flags[s]; ok {
-		return f
-	}
-	return string(s)
-}
-
 // flagError turns the drain's invalid setting into a usage error that names its flag.
 func flagError(err error) error {
 	if ce, ok := errors.AsType[*drain.ConfigError](err); ok {
-		return Usagef("%s", ce.Text(flagName))
+		return Usagef("%s", ce.Text(drainflag.Named))
 	}
 	return usageError{err}
 }
@@ -216,9 +192,9 @@ type LogFlags struct {
 }
 
 func (f *LogFlags) Register(fs *flag.FlagSet) {
-	fs.StringVar(&f.format, "log-format", "json", "log format: json or text")
-	fs.StringVar(&f.level, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&f.output, "log-output", "stderr", "where logs go: stderr, stdout, envoy (the stdout of Envoy's process, found in /proc, so an exec hook's log shows in kubectl logs of Envoy's container; pid1 is an old name for it), or a file path; a destination that cannot be opened falls back to stderr with a warning")
+	drainflag.LogFormat.Var(fs, &f.format)
+	drainflag.LogLevel.Var(fs, &f.level)
+	drainflag.LogOutput.Var(fs, &f.output)
 }
 
 // logger builds the logger; the returned closer closes an opened destination. Only a bad flag value is an

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drainflag"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
@@ -17,7 +18,7 @@ func runResume(ctx context.Context, args []string, _ io.Reader, stdout, stderr i
 	fs := flag.NewFlagSet("resume", flag.ContinueOnError)
 	var lf LogFlags
 	lf.Register(fs)
-	admin := fs.String("admin-address", defaultAdmin, "without --via: Envoy's admin API, http://IP:PORT, IP:PORT (meaning http) or unix:///path/admin.sock")
+	admin := fs.String("admin-address", drainflag.DefaultAdmin, "without --via: Envoy's admin API, http://IP:PORT, IP:PORT (meaning http) or unix:///path/admin.sock")
 	fs.Lookup("admin-address").Usage += adminFound
 	adminTimeout := fs.Duration("admin-timeout", time.Second, "without --via: timeout of each admin API request")
 	via := fs.String("via", "", "resume through a serve API at this address (unix:///path/api.sock or http://IP:PORT): it refuses while its drain holds waiters, and logs who asked")

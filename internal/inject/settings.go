@@ -9,13 +9,15 @@ import (
 	"unicode"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drainflag"
 )
 
 // The drain's settings that inject carries into a pod, declared once. Every path that sets them derives from
 // this table or is checked against it:
 //   - the annotations: Prefix+Name (resolve parses them with Set);
-//   - `inject`, `webhook` and `policy`'s flags: --Name (internal/cli registers one flag per row);
-//   - the flags written into the pod: --Flag, in the table's order (settings.drainArgs);
+//   - `inject`, `webhook` and `policy`'s flags: --Name (internal/kubecli registers one flag per row);
+//   - the flags written into the pod: --Flag.Name, in the table's order (settings.drainArgs); Flag is a row of
+//     drainflag's table, from which drain, serve and run register that flag;
 //   - the status annotation: Status.Settings records each one written, by Name (so re-injecting with another
 //     value changes the annotation);
 //   - the chart: the value inject.<ChartValue()> (test/chart renders every row and finds its flag);
@@ -37,11 +39,13 @@ const (
 // DrainSetting is one row of DrainSettings.
 type DrainSetting struct {
 	// Name is the flag of inject, webhook and policy, the annotation's key after Prefix, the key in
-	// Status.Settings and (camel-cased, ChartValue) the chart's value under inject.
+	// Status.Settings and (camel-cased, ChartValue) the chart's value under inject. The table leaves it out
+	// where it is Flag's name; it differs where inject's own commands already have the name: the webhook's
+	// --log-level is its own log's.
 	Name string
-	// Flag is the flag of drain, serve and run it becomes ("" = Name). It differs where inject's own commands
-	// already have the name: the webhook's --log-level is its own log's.
-	Flag string
+	// Flag is the flag of drain, serve and run it becomes: a row of drainflag's table, which declares its name,
+	// help and default.
+	Flag drainflag.Flag
 	Kind Kind
 	// Values are the allowed values of a KindString (nil: any the check accepts).
 	Values []string
@@ -53,7 +57,8 @@ type DrainSetting struct {
 	Syntax string
 	// Example is a valid value that differs from the default (tests and the docs use it).
 	Example string
-	// Help is the one-line help of inject's flag; the default comes from the drain (DrainDefault).
+	// Help is the one-line help of inject's flag (it has no default: a setting not given is not passed, and the
+	// drain flag's default applies).
 	Help string
 
 	check func(string) error // a value beyond its kind (nil: none)
@@ -61,12 +66,7 @@ type DrainSetting struct {
 }
 
 // DrainFlag is the flag of drain, serve and run the setting becomes.
-func (d DrainSetting) DrainFlag() string {
-	if d.Flag != "" {
-		return d.Flag
-	}
-	return d.Name
-}
+func (d DrainSetting) DrainFlag() string { return d.Flag.Name }
 
 // Annotation is the setting's annotation key.
 func (d DrainSetting) Annotation() string { return Prefix + d.Name }
@@ -91,52 +91,62 @@ func (d DrainSetting) ChartValue() string {
 
 // DrainSettings is the table. Its order is the order of the flags written into pods (existing pods' hooks keep
 // their order when a row is added at the end).
-var DrainSettings = []DrainSetting{
-	{Name: "admin-address", Kind: KindString, Syntax: "`http://IP:PORT`, `IP:PORT`, `unix:///path`", Example: "unix:///var/run/envoy/admin.sock",
-		Help:  "Envoy's admin API (default: found at drain time from Envoy's command line and bootstrap; the sidecar uses http://127.0.0.1:9901)",
+var DrainSettings = named([]DrainSetting{
+	{Flag: drainflag.AdminAddress, Kind: KindString, Syntax: "`http://IP:PORT`, `IP:PORT`, `unix:///path`", Example: "unix:///var/run/envoy/admin.sock",
+		Help:  "Envoy's admin API (default: found at drain time from Envoy's command line and bootstrap; the sidecar uses " + drainflag.DefaultAdmin + ")",
 		check: validAdmin, field: func(c *Config) any { return &c.AdminAddress }},
-	{Name: "drain-delay", Kind: KindDuration, Example: "2s",
+	{Flag: drainflag.DrainDelay, Kind: KindDuration, Example: "2s",
 		Help:  "passed to the drain (see drain -h); sizes the grace period",
 		field: func(c *Config) any { return &c.Drain.Delay }},
-	{Name: "min-drain-duration", Kind: KindDuration, Example: "10s",
+	{Flag: drainflag.MinDrainDuration, Kind: KindDuration, Example: "10s",
 		Help:  "passed to the drain (see drain -h); sizes the grace period",
 		field: func(c *Config) any { return &c.Drain.MinDuration }},
-	{Name: "quiet-period", Kind: KindDuration, Example: "1s",
+	{Flag: drainflag.QuietPeriod, Kind: KindDuration, Example: "1s",
 		Help:  "passed to the drain (see drain -h); sizes the grace period",
 		field: func(c *Config) any { return &c.Drain.QuietPeriod }},
-	{Name: "min-open-connections", Kind: KindCount, Example: "2",
+	{Flag: drainflag.MinOpenConnections, Kind: KindCount, Example: "2",
 		Help:  "passed to the drain (see drain -h)",
 		field: func(c *Config) any { return &c.Drain.MinOpenConnections }},
-	{Name: "count", Kind: KindString, Values: []string{string(drain.ModeInflight), string(drain.ModeConnections), string(drain.ModeRequests)}, Example: "requests",
+	{Flag: drainflag.Count, Kind: KindString, Values: []string{string(drain.ModeInflight), string(drain.ModeConnections), string(drain.ModeRequests)}, Example: "requests",
 		Help:  "passed to the drain (see drain -h)",
 		field: func(c *Config) any { return &c.Drain.Count }},
-	{Name: "listener-exclude", Kind: KindList, Example: `^listener\.admin2`,
+	{Flag: drainflag.ListenerExclude, Kind: KindList, Example: `^listener\.admin2`,
 		Help:  "passed to the drain (see drain -h; repeatable)",
 		field: func(c *Config) any { return &c.Drain.ListenerExclude }},
-	{Name: "drain-timeout", Kind: KindDuration, Positive: true, Derived: true, Example: "40s",
+	{Flag: drainflag.DrainTimeout, Kind: KindDuration, Positive: true, Derived: true, Example: "40s",
 		Help:  "the drain timeout; the grace period is raised to fit it (default: derived from terminationGracePeriodSeconds)",
 		field: func(c *Config) any { return &c.Drain.Timeout }},
-	{Name: "listener-include", Kind: KindList, Example: `^http\.ingress_http`,
+	{Flag: drainflag.ListenerInclude, Kind: KindList, Example: `^http\.ingress_http`,
 		Help:  "passed to the drain (see drain -h; repeatable)",
 		field: func(c *Config) any { return &c.Drain.ListenerInclude }},
-	{Name: "drain-listeners", Kind: KindString, Values: []string{string(drain.ListenerDrainNone), string(drain.ListenerDrainInbound), string(drain.ListenerDrainAll)}, Example: "inbound",
+	{Flag: drainflag.DrainListeners, Kind: KindString, Values: []string{string(drain.ListenerDrainNone), string(drain.ListenerDrainInbound), string(drain.ListenerDrainAll)}, Example: "inbound",
 		Help:  "passed to the drain (see drain -h)",
 		field: func(c *Config) any { return &c.Drain.ListenerDrain }},
-	{Name: "check-interval", Kind: KindDuration, Positive: true, Example: "100ms",
+	{Flag: drainflag.CheckInterval, Kind: KindDuration, Positive: true, Example: "100ms",
 		Help:  "passed to the drain (see drain -h)",
 		field: func(c *Config) any { return &c.Drain.CheckInterval }},
-	{Name: "envoy-gone-after", Kind: KindDuration, Positive: true, Example: "3s",
+	{Flag: drainflag.EnvoyGoneAfter, Kind: KindDuration, Positive: true, Example: "3s",
 		Help:  "passed to the drain (see drain -h)",
 		field: func(c *Config) any { return &c.Drain.EnvoyGoneAfter }},
-	{Name: "admin-timeout", Kind: KindDuration, Positive: true, Example: "2s",
+	{Flag: drainflag.AdminTimeout, Kind: KindDuration, Positive: true, Example: "2s",
 		Help:  "passed to the drain (see drain -h)",
 		field: func(c *Config) any { return &c.Drain.AdminTimeout }},
-	{Name: "drain-log-level", Flag: "log-level", Kind: KindString, Values: []string{"debug", "info", "warn", "error"}, Example: "debug",
+	{Name: "drain-log-level", Flag: drainflag.LogLevel, Kind: KindString, Values: []string{"debug", "info", "warn", "error"}, Example: "debug",
 		Help:  "passed to the drain as its --log-level (the webhook's own --log-level is its log's)",
 		field: func(c *Config) any { return &c.Drain.LogLevel }},
-	{Name: "drain-log-format", Flag: "log-format", Kind: KindString, Values: []string{"json", "text"}, Example: "text",
+	{Name: "drain-log-format", Flag: drainflag.LogFormat, Kind: KindString, Values: []string{"json", "text"}, Example: "text",
 		Help:  "passed to the drain as its --log-format",
 		field: func(c *Config) any { return &c.Drain.LogFormat }},
+})
+
+// named fills in the Name each row leaves out: its drain flag's.
+func named(rows []DrainSetting) []DrainSetting {
+	for i := range rows {
+		if rows[i].Name == "" {
+			rows[i].Name = rows[i].Flag.Name
+		}
+	}
+	return rows
 }
 
 // DrainSettingNamed returns the row named name.

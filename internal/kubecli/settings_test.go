@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drainflag"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
@@ -23,14 +25,34 @@ func drainCommandFlags() map[string]*flag.FlagSet {
 	return sets
 }
 
-// TestDrainFlagsCarried: every row of inject.DrainSettings names a flag of drain, serve and run that accepts the
-// row's example, and is a flag of inject, webhook and policy under the row's name; every flag of drain, serve and
-// run is a row's or is in inject.NotCarried (which says why), and nothing else is.
+// TestDrainFlagsCarried: drain, serve and run register every row of drainflag's table with its default and help;
+// every row of inject.DrainSettings writes one of those rows' flags, which accepts the row's example, and is a flag of
+// inject, webhook and policy under the row's name; every flag of drain, serve and run is a row's or is in
+// inject.NotCarried (which says why), and nothing else is.
 func TestDrainFlagsCarried(t *testing.T) {
 	sets := drainCommandFlags()
 	for _, cmd := range []string{"drain", "serve", "run"} {
 		if err := checkFlagSetMatchesCommand(cmd, sets[cmd]); err != nil {
 			t.Error(err)
+		}
+		for _, r := range drainflag.All {
+			f := sets[cmd].Lookup(r.Name)
+			if f == nil {
+				t.Errorf("%s has no --%s (a row of drainflag's table)", cmd, r.Name)
+				continue
+			}
+			def := ""
+			if r.Default != nil {
+				def = fmt.Sprint(r.Default)
+			}
+			if f.DefValue != def || !strings.HasPrefix(f.Usage, r.Help) {
+				t.Errorf("%s --%s: default %q, help %q; drainflag's row has %q, %q", cmd, r.Name, f.DefValue, f.Usage, def, r.Help)
+			}
+		}
+	}
+	for _, d := range inject.DrainSettings {
+		if !slices.Contains(drainflag.All, d.Flag) {
+			t.Errorf("inject.DrainSettings row %s writes --%s, which is not a row of drainflag's table", d.Name, d.DrainFlag())
 		}
 	}
 	var notCarried []string
@@ -39,12 +61,8 @@ func TestDrainFlagsCarried(t *testing.T) {
 	}
 	for name, fs := range sets {
 		for _, d := range inject.DrainSettings {
-			if fs.Lookup(d.DrainFlag()) == nil {
-				t.Errorf("%s has no --%s (inject.DrainSettings row %s)", name, d.DrainFlag(), d.Name)
-				continue
-			}
 			if err := fs.Set(d.DrainFlag(), d.Example); err != nil {
-				t.Errorf("%s --%s=%s: %v", name, d.DrainFlag(), d.Example, err)
+				t.Errorf("%s --%s=%s (inject.DrainSettings row %s): %v", name, d.DrainFlag(), d.Example, d.Name, err)
 			}
 		}
 		fs.VisitAll(func(f *flag.Flag) {
