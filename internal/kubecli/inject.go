@@ -161,7 +161,7 @@ func writeManifests(w io.Writer, output string, stream []byte) error {
 }
 
 // openManifests opens the manifests of -f: a file, or stdin for "-". They are read one document at a time
-// (manifest.ManifestsFrom), within inject's limits on a stream and a document.
+// (manifest.Transform), within its limits on a stream and a document (manifest.MaxStreamBytes, MaxDocumentBytes).
 func openManifests(file string, stdin io.Reader) (io.Reader, func(), error) {
 	if file == "-" {
 		return stdin, func() {}, nil

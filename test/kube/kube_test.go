@@ -229,7 +229,7 @@ func installCRDs(t *testing.T, api *kubetest.APIServer) {
 var goldenTemplatePaths = []string{"example.com/v1/EdgeFleet=spec.pod"}
 
 // customTemplates writes the pod templates of the custom resources in the manifest at path (the kinds of
-// inject's table without an API type, and goldenTemplatePaths) to a file of v1 PodTemplates in the namespace
+// internal/manifest's table without an API type, and goldenTemplatePaths) to a file of v1 PodTemplates in the namespace
 // default, and returns its path; "" when path holds no custom resource.
 func customTemplates(t *testing.T, path string) string {
 	t.Helper()
