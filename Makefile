@@ -159,10 +159,10 @@ fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
 # Write deploy/{hook,sidecar,agent}/envoy.yaml again: inject's output for deploy/plain/envoy.yaml, deploy/policy/policy.yaml (a test
-# checks they are up to date), and the golden files of internal/inject.
+# checks they are up to date), and the golden files of internal/manifest (inject through the manifests).
 deploy:
 	$(GO) test ./internal/kubecli -run 'TestDeployExamples|TestDeployPolicy' -update
-	$(GO) test ./internal/inject -run TestInjectGolden -update
+	$(GO) test ./internal/manifest -run TestInjectGolden -update
 
 clean:
 	rm -rf bin dist .tools

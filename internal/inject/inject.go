@@ -1,7 +1,7 @@
 // Package inject puts the shutdown manager into a pod spec, and takes it out again: one pure mutation over
 // typed objects (pod metadata and spec in, pod metadata and spec out, no I/O), shared by `shutdown-manager
 // inject`, the admission webhook and the MutatingAdmissionPolicy generator. Workload kinds are unwrapped to
-// their pod template in one place (PodTemplate); the mutation never knows which kind it works on.
+// their pod template by internal/manifest (its table of kinds); the mutation never knows which kind it works on.
 //
 // What Inject adds, by Mode:
 //   - hook: Envoy's preStop hook executes `drain` from /opt/shutdown-manager/shutdown-manager, put there by
@@ -10,14 +10,14 @@
 //     unix socket in a shared emptyDir (HookExec, the binary as in hook mode) or is an httpGet (HookHTTP).
 //   - agent: Envoy's command is wrapped in `run … -- <command>`, the binary as in hook mode.
 //
-// Manifests applies Inject or Uninject to every workload in a stream of YAML documents (the inject and
+// internal/manifest applies Inject or Uninject to every workload in a stream of YAML documents (the inject and
 // uninject commands), passing every other document through byte for byte.
 //
 // The status annotation records what was injected and what it replaced, so that Inject is idempotent
 // (inject∘inject = inject: an injected pod is first uninjected, then injected with the current settings,
 // which also replaces an injection with other settings cleanly) and Uninject restores the pod exactly
-// (uninject∘inject = identity, field for field). Through Manifests, a document's text comes back byte for byte
-// when inject did not change it, and in its normal form (encodeLike) when it did.
+// (uninject∘inject = identity, field for field). Through internal/manifest, a document's text comes back byte
+// for byte when inject did not change it, and in its normal form when it did.
 package inject
 
 import (
@@ -111,7 +111,7 @@ type Status struct {
 	Settings map[string]string `json:"settings,omitempty"`
 	// Empties: the fields a manifest wrote as null, {} or [] that the mutation filled, by JSON pointer into the
 	// pod template, with the value written; uninject writes each back where the field is missing again. Set by
-	// the manifest layer (keepEmpties): an object from the API server has no empty fields.
+	// internal/manifest (keepEmpties): an object from the API server has no empty fields.
 	Empties map[string]any `json:"empties,omitempty"`
 }
 
@@ -459,7 +459,7 @@ func findEnvoy(spec *corev1.PodSpec, name string) (envoyRef, error) {
 	}
 	var found []int
 	for i, c := range cs {
-		if c.Name == "envoy" || isEnvoyImage(c.Image) {
+		if IsEnvoyContainer(c.Name, c.Image) {
 			found = append(found, i)
 		}
 	}
@@ -523,6 +523,12 @@ func containerNamed(spec *corev1.PodSpec, name string) *corev1.Container {
 		}
 	}
 	return nil
+}
+
+// IsEnvoyContainer is the rule by which inject recognises Envoy's container when no annotation names it: a
+// container named envoy, or one running Envoy's image (isEnvoyImage).
+func IsEnvoyContainer(name, image string) bool {
+	return name == "envoy" || isEnvoyImage(image)
 }
 
 // isEnvoyImage reports whether an image reference's repository is Envoy's: its last path element is

@@ -1,12 +1,15 @@
 package inject
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
+
+var update = flag.Bool("update", false, "rewrite docs/settings.md's generated tables")
 
 // settingsPage is the page that documents the settings; its tables are generated from DrainSettings and
 // NotCarried (TestSettingsPage, -update rewrites them).

@@ -14,6 +14,7 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manifest"
 )
 
 // runInject is `inject -f FILE|-`: YAML documents in, the same documents out with every workload injected.
@@ -47,7 +48,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	// or in which no workload has Envoy, is an error: a pipe must not apply unchanged workloads silently.
 	// (Workloads that all opted out are not: the user said so.)
 	workloads, injected, optedOut := 0, 0, 0
-	out, err := inject.Transform(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+	out, err := manifest.Transform(in, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		workloads++
 		if !cli.IsFlagSet(fs, "mode") {
 			warnModeSwitch(stderr, meta, cfg.Mode)
@@ -61,7 +62,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 			optedOut++
 		}
 		return err
-	}, inject.Options{Workloads: templates.workloads, Notes: stderr})
+	}, manifest.Options{Workloads: templates.workloads, Notes: stderr})
 	if err != nil {
 		return err
 	}
@@ -138,7 +139,7 @@ func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stde
 		return err
 	}
 	defer closeIn()
-	out, err := inject.Transform(in, inject.Uninject, inject.Options{Workloads: templates.workloads, Notes: stderr})
+	out, err := manifest.Transform(in, inject.Uninject, manifest.Options{Workloads: templates.workloads, Notes: stderr})
 	if err != nil {
 		return err
 	}
@@ -160,7 +161,7 @@ func writeManifests(w io.Writer, output string, stream []byte) error {
 }
 
 // openManifests opens the manifests of -f: a file, or stdin for "-". They are read one document at a time
-// (inject.ManifestsFrom), within inject's limits on a stream and a document.
+// (manifest.Transform), within its limits on a stream and a document (manifest.MaxStreamBytes, MaxDocumentBytes).
 func openManifests(file string, stdin io.Reader) (io.Reader, func(), error) {
 	if file == "-" {
 		return stdin, func() {}, nil
@@ -170,22 +171,22 @@ func openManifests(file string, stdin io.Reader) (io.Reader, func(), error) {
 		return nil, nil, fmt.Errorf("reading manifests: %w", err)
 	}
 	// A file known to be over the limit is refused before a byte of it is decoded.
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > inject.MaxStreamBytes {
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > manifest.MaxStreamBytes {
 		f.Close()
 		return nil, nil, fmt.Errorf("reading manifests: %s is %d MiB, over the limit of %d MiB (%w): inject it in parts",
-			file, fi.Size()>>20, inject.MaxStreamBytes>>20, inject.ErrTooLarge)
+			file, fi.Size()>>20, manifest.MaxStreamBytes>>20, manifest.ErrTooLarge)
 	}
 	return f, func() { f.Close() }, nil
 }
 
 // templatePaths is the repeatable --template-path flag of inject and uninject: kinds whose pod template
-// sits at a given path (inject.ParseTemplatePath).
-type templatePaths struct{ workloads []inject.Workload }
+// sits at a given path (manifest.ParseTemplatePath).
+type templatePaths struct{ workloads []manifest.Workload }
 
 func (t *templatePaths) register(fs *flag.FlagSet) {
 	fs.Func("template-path", "a kind inject does not know (a custom resource) whose pod template sits at a path: KIND=PATH or APIVERSION/KIND=PATH, e.g. example.com/v1/EdgeFleet=spec.pod (repeatable). Known: "+knownKinds(),
 		func(v string) error {
-			w, err := inject.ParseTemplatePath(v)
+			w, err := manifest.ParseTemplatePath(v)
 			if err != nil {
 				return err
 			}
@@ -194,10 +195,10 @@ func (t *templatePaths) register(fs *flag.FlagSet) {
 		})
 }
 
-// knownKinds names the kinds of inject's table, for help and errors.
+// knownKinds names the kinds of the manifest table, for help and errors.
 func knownKinds() string {
 	var names []string
-	for _, w := range inject.Workloads() {
+	for _, w := range manifest.Workloads() {
 		names = append(names, w.APIVersion+" "+w.Kind)
 	}
 	return strings.Join(names, ", ")

@@ -17,17 +17,18 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manifest"
 )
 
 var update = flag.Bool("update", false, "rewrite the generated deploy/ examples")
 
-// TestInjectCommand: the flags reach the mutation; the output is the golden file the inject package
+// TestInjectCommand: the flags reach the mutation; the output is the golden file the manifest package
 // checks for the same settings.
 func TestInjectCommand(t *testing.T) {
 	old := cli.Version
 	cli.Version = "v1.0.0"
 	t.Cleanup(func() { cli.Version = old })
-	golden := filepath.Join("..", "inject", "testdata")
+	golden := filepath.Join("..", "manifest", "testdata")
 	image := "--image=ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0"
 	tests := []struct {
 		name string
@@ -73,7 +74,7 @@ func TestInjectCommand(t *testing.T) {
 // TestInjectDeregistrationWarning: a --drain-timeout too short for the --deregistration-delay given is kept, and
 // inject says so on stderr with the numbers; a derived one is sized to it, silently.
 func TestInjectDeregistrationWarning(t *testing.T) {
-	in := filepath.Join("..", "inject", "testdata", "grace-short.in.yaml")
+	in := filepath.Join("..", "manifest", "testdata", "grace-short.in.yaml")
 	for _, tt := range []struct {
 		args []string
 		want string // in stderr; "" = nothing on stderr
@@ -117,20 +118,20 @@ func TestInjectErrors(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n  - {name: app, image: nginx}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// A stream over inject.MaxStreamBytes (the deploy example again and again), and one document over
-	// inject.MaxDocumentBytes (a ConfigMap with a large value) after a good one.
+	// A stream over manifest.MaxStreamBytes (the deploy example again and again), and one document over
+	// manifest.MaxDocumentBytes (a ConfigMap with a large value) after a good one.
 	plain, err := os.ReadFile(filepath.Join("..", "..", "deploy", "plain", "envoy.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	huge := filepath.Join(dir, "huge.yaml")
-	stream := bytes.Repeat(append([]byte("---\n"), plain...), inject.MaxStreamBytes/len(plain)+1)
+	stream := bytes.Repeat(append([]byte("---\n"), plain...), manifest.MaxStreamBytes/len(plain)+1)
 	if err := os.WriteFile(huge, stream, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	bigDoc := filepath.Join(dir, "bigdoc.yaml")
 	big := append(append([]byte(nil), plain...), "\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\ndata:\n  blob: "...)
-	big = append(big, bytes.Repeat([]byte("x"), inject.MaxDocumentBytes)...)
+	big = append(big, bytes.Repeat([]byte("x"), manifest.MaxDocumentBytes)...)
 	if err := os.WriteFile(bigDoc, big, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -155,9 +156,9 @@ func TestInjectErrors(t *testing.T) {
 		{[]string{"uninject", "-f", huge}, ExitFailure, "over the limit of 32 MiB (too large): inject it in parts"},
 		{[]string{"inject", "-f", bigDoc}, ExitFailure, "document 2: over 3 MiB (too large): no API server takes an object that large"},
 		{[]string{"inject", "-f", noWorkload}, ExitFailure, "no workload in the manifests"},
-		{[]string{"inject", "-f", filepath.Join("..", "inject", "testdata", "unknown-kind-with-envoy.in.yaml")}, ExitFailure,
+		{[]string{"inject", "-f", filepath.Join("..", "manifest", "testdata", "unknown-kind-with-envoy.in.yaml")}, ExitFailure,
 			"document 2 (EdgeFleet edge): example.com/v1 EdgeFleet is not a kind inject knows, and it holds an Envoy container (\"proxy\" in spec.pod.spec): give its pod template's path with --template-path example.com/v1/EdgeFleet=spec.pod"},
-		{[]string{"uninject", "-f", filepath.Join("..", "inject", "testdata", "unknown-kind-with-envoy.in.yaml")}, ExitFailure, "--template-path example.com/v1/EdgeFleet=spec.pod"},
+		{[]string{"uninject", "-f", filepath.Join("..", "manifest", "testdata", "unknown-kind-with-envoy.in.yaml")}, ExitFailure, "--template-path example.com/v1/EdgeFleet=spec.pod"},
 		{[]string{"inject", "-f", noWorkload, "--template-path", "EdgeFleet"}, ExitUsage, "want KIND=PATH or APIVERSION/KIND=PATH"},
 		{[]string{"inject", "-f", noWorkload, "--template-path", "EdgeFleet=spec..pod"}, ExitUsage, "an empty field"},
 	}
@@ -255,12 +256,12 @@ func TestInjectSkipsWorkloadsWithoutEnvoy(t *testing.T) {
 }
 
 // TestInjectTemplatePath: --template-path makes inject and uninject read a kind they do not know, as the
-// inject package's golden case with the same flag.
+// manifest package's golden case with the same flag.
 func TestInjectTemplatePath(t *testing.T) {
 	old := cli.Version
 	cli.Version = "v1.0.0"
 	t.Cleanup(func() { cli.Version = old })
-	golden := filepath.Join("..", "inject", "testdata")
+	golden := filepath.Join("..", "manifest", "testdata")
 	in, err := os.ReadFile(filepath.Join(golden, "template-path.in.yaml"))
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,7 @@ import (
 // inject -o json writes the objects -o yaml writes: one as itself, several as a v1 List.
 func TestInjectOutputJSON(t *testing.T) {
 	for _, tt := range []struct{ file string }{{"hook.in.yaml"}, {"multi-document.in.yaml"}} {
-		in := filepath.Join("..", "inject", "testdata", tt.file)
+		in := filepath.Join("..", "manifest", "testdata", tt.file)
 		var y, j bytes.Buffer
 		if code := Run(context.Background(), []string{"inject", "--image=" + deployImage, "-f", in}, nil, &y, &bytes.Buffer{}); code != ExitOK {
 			t.Fatalf("%s: inject: exit %d", tt.file, code)

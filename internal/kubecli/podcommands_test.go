@@ -51,11 +51,11 @@ func managerCommands(v any) [][]string {
 }
 
 // TestInjectedCommandsRunOnPodBinary: every command inject writes into pods — the golden files of
-// internal/inject and the deploy/ examples, the same since the release before the pod binary existed — is one
+// internal/manifest and the deploy/ examples, the same since the release before the pod binary existed — is one
 // the pod binary (cli.Pod) takes: its command and every flag parse. The hooks and containers of pods injected
 // by a previous version keep working when the pod image holds the pod binary.
 func TestInjectedCommandsRunOnPodBinary(t *testing.T) {
-	files, _ := filepath.Glob(filepath.Join("..", "inject", "testdata", "*.out.yaml"))
+	files, _ := filepath.Glob(filepath.Join("..", "manifest", "testdata", "*.out.yaml"))
 	deploy, _ := filepath.Glob(filepath.Join("..", "..", "deploy", "*", "*.yaml"))
 	files = append(files, deploy...)
 	n := 0

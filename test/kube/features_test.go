@@ -161,8 +161,8 @@ var modes = []struct{ name, file string }{
 	{"hook mode (`deploy/hook`)", "deploy/hook/envoy.yaml"},
 	{"sidecar mode, native sidecar (`deploy/sidecar`)", "deploy/sidecar/envoy.yaml"},
 	{"agent mode (`deploy/agent`)", "deploy/agent/envoy.yaml"},
-	{"hook mode, `--binary-from=image-volume` (inject's golden `hook-image-volume`)", "internal/inject/testdata/hook-image-volume.out.yaml"},
-	{"agent mode, `--binary-from=image-volume` (inject's golden `agent-image-volume`)", "internal/inject/testdata/agent-image-volume.out.yaml"},
+	{"hook mode, `--binary-from=image-volume` (inject's golden `hook-image-volume`)", "internal/manifest/testdata/hook-image-volume.out.yaml"},
+	{"agent mode, `--binary-from=image-volume` (inject's golden `agent-image-volume`)", "internal/manifest/testdata/agent-image-volume.out.yaml"},
 }
 
 var features = []feature{{

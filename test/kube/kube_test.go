@@ -17,8 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manifest"
 )
 
 // repoRoot is the repository root, seen from this package's directory (where go test runs it).
@@ -187,11 +187,11 @@ func TestPodSchema(t *testing.T) {
 }
 
 // TestManifestsDryRun has the API server accept every manifest the project ships (deploy/) and every golden output
-// of the injector (internal/inject/testdata/*.out.yaml), one subtest per file, named by its path.
+// of the injector (internal/manifest/testdata/*.out.yaml), one subtest per file, named by its path.
 func TestManifestsDryRun(t *testing.T) {
 	files := manifests(t)
 	if len(files) == 0 {
-		t.Fatal("no manifests: deploy/**/*.yaml and internal/inject/testdata/*.out.yaml match nothing")
+		t.Fatal("no manifests: deploy/**/*.yaml and internal/manifest/testdata/*.out.yaml match nothing")
 	}
 	api := kubetest.Start(t)
 	minor := api.Version(t).Minor
@@ -225,11 +225,11 @@ func installCRDs(t *testing.T, api *kubetest.APIServer) {
 	api.Kubectl(t, "wait", "--for=condition=Established", "--timeout=60s", "-f", "testdata/crds.yaml")
 }
 
-// goldenTemplatePaths are the --template-path flags inject's golden cases use (internal/inject/golden_test.go).
+// goldenTemplatePaths are the --template-path flags inject's golden cases use (internal/manifest/golden_test.go).
 var goldenTemplatePaths = []string{"example.com/v1/EdgeFleet=spec.pod"}
 
 // customTemplates writes the pod templates of the custom resources in the manifest at path (the kinds of
-// inject's table without an API type, and goldenTemplatePaths) to a file of v1 PodTemplates in the namespace
+// internal/manifest's table without an API type, and goldenTemplatePaths) to a file of v1 PodTemplates in the namespace
 // default, and returns its path; "" when path holds no custom resource.
 func customTemplates(t *testing.T, path string) string {
 	t.Helper()
@@ -237,9 +237,9 @@ func customTemplates(t *testing.T, path string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := inject.Options{}
+	opts := manifest.Options{}
 	for _, v := range goldenTemplatePaths {
-		w, err := inject.ParseTemplatePath(v)
+		w, err := manifest.ParseTemplatePath(v)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,7 +251,7 @@ func customTemplates(t *testing.T, path string) string {
 		if yaml.Unmarshal([]byte(doc), &h) != nil {
 			continue
 		}
-		if w, ok := inject.LookupWorkload(h.APIVersion, h.Kind); ok && w.New == nil || h.Kind == "EdgeFleet" {
+		if w, ok := manifest.LookupWorkload(h.APIVersion, h.Kind); ok && w.New == nil || h.Kind == "EdgeFleet" {
 			custom = true
 		}
 	}
@@ -259,7 +259,7 @@ func customTemplates(t *testing.T, path string) string {
 		return ""
 	}
 	var list []any
-	_, err = inject.Transform(bytes.NewReader(data), func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+	_, err = manifest.Transform(bytes.NewReader(data), func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		list = append(list, corev1.PodTemplate{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "PodTemplate"},
 			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("template-%d", len(list)), Namespace: "default"},
@@ -284,7 +284,7 @@ func customTemplates(t *testing.T, path string) string {
 	return file
 }
 
-// manifests returns deploy/**/*.yaml and internal/inject/testdata/*.out.yaml, relative to the repository root.
+// manifests returns deploy/**/*.yaml and internal/manifest/testdata/*.out.yaml, relative to the repository root.
 func manifests(t *testing.T) []string {
 	t.Helper()
 	var files []string
@@ -300,7 +300,7 @@ func manifests(t *testing.T) []string {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("listing deploy/: %v", err)
 	}
-	golden, err := filepath.Glob(filepath.Join(repoRoot, "internal/inject/testdata/*.out.yaml"))
+	golden, err := filepath.Glob(filepath.Join(repoRoot, "internal/manifest/testdata/*.out.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

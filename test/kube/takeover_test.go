@@ -19,6 +19,7 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manifest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testpki"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
@@ -66,7 +67,7 @@ func TestTakeoverControllers(t *testing.T) {
 			w.YAML = withPodAnnotation(t, w.YAML, inject.AnnotationAdminAddress, "http://127.0.0.1:19000")
 		}
 		t.Run(w.Source, func(t *testing.T) {
-			wl, ok := inject.LookupWorkload("apps/v1", w.Kind)
+			wl, ok := manifest.LookupWorkload("apps/v1", w.Kind)
 			if !ok {
 				t.Fatalf("kind %s", w.Kind)
 			}
@@ -133,11 +134,11 @@ func TestTakeoverControllers(t *testing.T) {
 			assertSamePod(t, got, admitted)
 
 			// inject --takeover, then uninject, as the commands do it.
-			in, err := inject.Manifests(w.YAML, func(m *metav1.ObjectMeta, s *corev1.PodSpec) error { return inject.Inject(m, s, injectCfg) }, &bytes.Buffer{})
+			in, err := manifest.Manifests(w.YAML, func(m *metav1.ObjectMeta, s *corev1.PodSpec) error { return inject.Inject(m, s, injectCfg) }, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			back, err := inject.Manifests(in, inject.Uninject, &bytes.Buffer{})
+			back, err := manifest.Manifests(in, inject.Uninject, &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}

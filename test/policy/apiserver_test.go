@@ -25,14 +25,15 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manifest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/policy"
 )
 
 // goldenDir holds inject's golden inputs: the pods the policy is proven on.
-const goldenDir = "../../internal/inject/testdata"
+const goldenDir = "../../internal/manifest/testdata"
 
-// goldenConfig is inject's golden Config (internal/inject/golden_test.go), and goldenSettings the changes
+// goldenConfig is inject's golden Config (internal/manifest/golden_test.go), and goldenSettings the changes
 // of the cases that have some, copied from there: each input is proven under the settings its golden
 // output was made with.
 func goldenConfig() inject.Config {
@@ -101,12 +102,12 @@ var goldenSettings = map[string]func(*inject.Config){
 		c.Mode, c.Hook, c.TokenSecret = inject.ModeSidecar, inject.HookHTTP, "envoy-drain-token"
 	},
 	"bad-annotation-token-secret": func(c *inject.Config) { c.Mode = inject.ModeSidecar },
-	// internal/inject's golden case runs sidecar mode with the manager's own token; here, with --api-token=false,
+	// internal/manifest's golden case runs sidecar mode with the manager's own token; here, with --api-token=false,
 	// which the policy carries out like inject (with the token, it refuses the pod: automount-off, below).
 	"automount-off-sidecar": func(c *inject.Config) { c.Mode, c.NoAPIToken = inject.ModeSidecar, true },
 }
 
-// everySetting sets every row of inject.DrainSettings to its example (as internal/inject's golden case does).
+// everySetting sets every row of inject.DrainSettings to its example (as internal/manifest's golden case does).
 func everySetting(c *inject.Config) {
 	for _, d := range inject.DrainSettings {
 		if err := d.Set(c, d.Example); err != nil {
@@ -275,7 +276,7 @@ func podsOf(t *testing.T, file string) []corev1.Pod {
 		t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	_, err = inject.Manifests(data, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
+	_, err = manifest.Manifests(data, func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error {
 		p := corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: *meta.DeepCopy(), Spec: *spec.DeepCopy()}
 		p.Name = fmt.Sprintf("%s-%d", strings.TrimSuffix(filepath.Base(file), ".in.yaml"), len(pods))
 		p.Namespace = ""

@@ -1,4 +1,8 @@
-package inject
+// Package manifest is inject's and uninject's reading and writing of manifests: a stream of YAML or JSON
+// documents, each workload's pod template found by its kind (workload.go), handed to a typed mutation of
+// internal/inject, and the mutation's changes merged back into the document as it was read (merge.go), so that
+// whatever the mutation did not change keeps its fields, and each document its bytes.
+package manifest
 
 import (
 	"bufio"
@@ -18,9 +22,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
-// PodFunc is a mutation of one pod (template): Inject with a Config, or Uninject.
+// PodFunc is a mutation of one pod (template): inject.Inject with a Config, or inject.Uninject.
 type PodFunc func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error
 
 // Limits on what Manifests reads, so that a wrong file (a log, a dump) or a stream meant for another tool fails
@@ -41,7 +47,7 @@ var ErrTooLarge = errors.New("too large")
 // stream with those documents re-encoded in their normal form (encodeLike: keys sorted, no comments; the
 // differences from the input are listed in docs/install.md, "What uninject gives back"). Every other document, and every workload fn leaves unchanged,
 // is written back byte for byte, with its separator line, in order. Errors name the document (1-based
-// index, kind, name). A workload fn skips (ErrOptedOut, ErrNoEnvoy) is left unchanged with a note; notes
+// index, kind, name). A workload fn skips (inject.ErrOptedOut, inject.ErrNoEnvoy) is left unchanged with a note; notes
 // (and annotations on the workload instead of its pod template) go to notes.
 func Manifests(data []byte, fn PodFunc, notes io.Writer) ([]byte, error) {
 	return ManifestsFrom(bytes.NewReader(data), fn, notes)
@@ -307,7 +313,7 @@ func transformObject(js []byte, h header, fn PodFunc, opts Options, where string
 		if meta, ok := obj["metadata"].(map[string]any); ok {
 			annotations, _ := meta["annotations"].(map[string]any)
 			for _, k := range slices.Sorted(maps.Keys(annotations)) {
-				if strings.HasPrefix(k, Prefix) {
+				if strings.HasPrefix(k, inject.Prefix) {
 					fmt.Fprintf(opts.Notes, "%s: annotation %s is on the %s itself and has no effect: put it on the pod template (%s.metadata.annotations)\n", where, k, h.Kind, strings.Join(w.Template, "."))
 				}
 			}
@@ -332,7 +338,7 @@ func transformObject(js []byte, h header, fn PodFunc, opts Options, where string
 		return nil, false, fmt.Errorf("%s: %w", where, err)
 	}
 	err = fn(&after.ObjectMeta, &after.Spec)
-	if errors.Is(err, ErrOptedOut) || errors.Is(err, ErrNoEnvoy) {
+	if errors.Is(err, inject.ErrOptedOut) || errors.Is(err, inject.ErrNoEnvoy) {
 		fmt.Fprintf(opts.Notes, "%s: %v; left unchanged\n", where, err)
 		return js, false, nil
 	}
@@ -362,7 +368,7 @@ func transformObject(js []byte, h header, fn PodFunc, opts Options, where string
 
 // unknownKind is the verdict on an object of a kind that is not a workload inject knows: nil (pass it
 // through), unless it is a known kind under another API version, or it holds an Envoy container (as
-// findEnvoy recognises one: named envoy, or running Envoy's image) anywhere.
+// inject.IsEnvoyContainer recognises one: named envoy, or running Envoy's image) anywhere.
 func unknownKind(js []byte, h header, where string) error {
 	if IsWorkloadKind(h.Kind) {
 		return fmt.Errorf("%s: apiVersion %q is not supported for %s (if it is another resource of that kind, give its pod template's path: %s)",
@@ -382,7 +388,7 @@ func unknownKind(js []byte, h header, where string) error {
 }
 
 // findEnvoyAnywhere looks through a decoded object for a list of containers (a "containers" or
-// "initContainers" field) holding one that is Envoy's by findEnvoy's rule, and returns the path of the
+// "initContainers" field) holding one that is Envoy's by inject.IsEnvoyContainer, and returns the path of the
 // object holding the list and the container's name.
 func findEnvoyAnywhere(v any, path []string) ([]string, string, bool) {
 	switch v := v.(type) {
@@ -393,7 +399,7 @@ func findEnvoyAnywhere(v any, path []string) ([]string, string, bool) {
 				m, _ := c.(map[string]any)
 				name, _ := m["name"].(string)
 				image, _ := m["image"].(string)
-				if name == "envoy" || isEnvoyImage(image) {
+				if inject.IsEnvoyContainer(name, image) {
 					return path, name, true
 				}
 			}

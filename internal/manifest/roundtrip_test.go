@@ -1,4 +1,4 @@
-package inject
+package manifest
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
 )
 
@@ -192,11 +193,11 @@ metadata: {name: envoy}  # kept as it is
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := Manifests([]byte(tt.in), injectFunc(Config{Image: "x"}), &strings.Builder{})
+			out, err := Manifests([]byte(tt.in), injectFunc(inject.Config{Image: "x"}), &strings.Builder{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			back, err := Manifests(out, Uninject, &strings.Builder{})
+			back, err := Manifests(out, inject.Uninject, &strings.Builder{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -217,11 +218,11 @@ metadata: {name: envoy}  # kept as it is
 // reinjected is uninject∘inject of a stream.
 func reinjected(t *testing.T, in []byte) []byte {
 	t.Helper()
-	out, err := Manifests(in, injectFunc(Config{Image: "x"}), &strings.Builder{})
+	out, err := Manifests(in, injectFunc(inject.Config{Image: "x"}), &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	back, err := Manifests(out, Uninject, &strings.Builder{})
+	back, err := Manifests(out, inject.Uninject, &strings.Builder{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,12 +239,12 @@ func TestUninjectPeersBytes(t *testing.T) {
 		if w.EnvoyRefuses() {
 			given = "http://127.0.0.1:19000"
 		}
-		for _, mode := range []Mode{ModeHook, ModeSidecar, ModeAgent} {
-			out, err := Manifests(w.YAML, injectFunc(Config{Image: "x", Mode: mode, Takeover: true, AdminAddress: given}), &strings.Builder{})
+		for _, mode := range []inject.Mode{inject.ModeHook, inject.ModeSidecar, inject.ModeAgent} {
+			out, err := Manifests(w.YAML, injectFunc(inject.Config{Image: "x", Mode: mode, Takeover: true, AdminAddress: given}), &strings.Builder{})
 			if err != nil {
 				t.Fatalf("%s (%s): %v", w.Source, mode, err)
 			}
-			back, err := Manifests(out, Uninject, &strings.Builder{})
+			back, err := Manifests(out, inject.Uninject, &strings.Builder{})
 			if err != nil {
 				t.Fatalf("%s (%s): uninject: %v", w.Source, mode, err)
 			}

@@ -1,4 +1,4 @@
-package inject
+package manifest
 
 import (
 	"bytes"
@@ -18,13 +18,15 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
 // goldenConfig is the Config of every golden case before its own changes.
-func goldenConfig() Config {
-	return Config{Image: "ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", Version: "v1.0.0"}
+func goldenConfig() inject.Config {
+	return inject.Config{Image: "ghcr.io/envoy-shutdown-manager/shutdown-manager:v1.0.0", Version: "v1.0.0"}
 }
 
 func dur(s string) *time.Duration {
@@ -39,30 +41,32 @@ func dur(s string) *time.Duration {
 // or the error in <name>.err.txt; notes (stderr of the command) go to <name>.notes.txt when there are any.
 var goldenCases = []struct {
 	name string
-	cfg  func(*Config)
+	cfg  func(*inject.Config)
 }{
 	// Modes and binary sources.
 	{"hook", nil},
-	{"hook-image-volume", func(c *Config) { c.BinaryFrom = BinaryImageVolume }},
-	{"sidecar", func(c *Config) { c.Mode = ModeSidecar }},
-	{"sidecar-image-volume", func(c *Config) { c.Mode, c.BinaryFrom = ModeSidecar, BinaryImageVolume }},
-	{"sidecar-envoy-user", func(c *Config) { c.Mode = ModeSidecar }},
-	{"sidecar-http", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
-	{"sidecar-plain", func(c *Config) { c.Mode, c.SidecarKind = ModeSidecar, SidecarPlain }},
-	{"sidecar-plain-http", func(c *Config) { c.Mode, c.SidecarKind, c.Hook = ModeSidecar, SidecarPlain, HookHTTP }},
-	{"agent", func(c *Config) { c.Mode = ModeAgent }},
-	{"agent-image-volume", func(c *Config) { c.Mode, c.BinaryFrom = ModeAgent, BinaryImageVolume }},
-	{"agent-command", func(c *Config) { c.Mode = ModeAgent }},
-	{"agent-no-command", func(c *Config) { c.Mode = ModeAgent }},
-	{"image-pull-policy", func(c *Config) { c.ImagePullPolicy = corev1.PullNever; c.BinaryFrom = BinaryImageVolume }},
-	{"flags-drain", func(c *Config) {
+	{"hook-image-volume", func(c *inject.Config) { c.BinaryFrom = inject.BinaryImageVolume }},
+	{"sidecar", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
+	{"sidecar-image-volume", func(c *inject.Config) { c.Mode, c.BinaryFrom = inject.ModeSidecar, inject.BinaryImageVolume }},
+	{"sidecar-envoy-user", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
+	{"sidecar-http", func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP }},
+	{"sidecar-plain", func(c *inject.Config) { c.Mode, c.SidecarKind = inject.ModeSidecar, inject.SidecarPlain }},
+	{"sidecar-plain-http", func(c *inject.Config) {
+		c.Mode, c.SidecarKind, c.Hook = inject.ModeSidecar, inject.SidecarPlain, inject.HookHTTP
+	}},
+	{"agent", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
+	{"agent-image-volume", func(c *inject.Config) { c.Mode, c.BinaryFrom = inject.ModeAgent, inject.BinaryImageVolume }},
+	{"agent-command", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
+	{"agent-no-command", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
+	{"image-pull-policy", func(c *inject.Config) { c.ImagePullPolicy = corev1.PullNever; c.BinaryFrom = inject.BinaryImageVolume }},
+	{"flags-drain", func(c *inject.Config) {
 		c.AdminAddress = "unix:///var/run/envoy/admin.sock"
-		c.Drain = Drain{Delay: dur("2s"), MinDuration: dur("0s"), QuietPeriod: dur("1s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
+		c.Drain = inject.Drain{Delay: dur("2s"), MinDuration: dur("0s"), QuietPeriod: dur("1s"), Timeout: dur("40s"), MinOpenConnections: new(int64), Count: "requests", ListenerExclude: []string{"^listener\\.admin2"}}
 	}},
 	// Every row of DrainSettings, from its example, in each mode.
 	{"flags-every-setting", everySetting},
-	{"flags-every-setting-sidecar", func(c *Config) { everySetting(c); c.Mode = ModeSidecar }},
-	{"flags-every-setting-agent", func(c *Config) { everySetting(c); c.Mode = ModeAgent }},
+	{"flags-every-setting-sidecar", func(c *inject.Config) { everySetting(c); c.Mode = inject.ModeSidecar }},
+	{"flags-every-setting-agent", func(c *inject.Config) { everySetting(c); c.Mode = inject.ModeAgent }},
 	// Per-pod annotations, valid and not.
 	{"annotations-drain", nil},
 	{"annotations-agent", nil},
@@ -82,53 +86,61 @@ var goldenCases = []struct {
 	// Grace periods.
 	{"grace-short", nil},
 	{"grace-long", nil},
-	{"grace-raised-for-timeout", func(c *Config) { c.Drain.Timeout = dur("60s") }},
-	{"grace-fits-timeout", func(c *Config) { c.Drain.Timeout = dur("20s") }},
-	{"agent-grace-short", func(c *Config) { c.Mode = ModeAgent }},
-	{"agent-grace-raised-for-timeout", func(c *Config) { c.Mode, c.Drain.Timeout = ModeAgent, dur("60s") }},
+	{"grace-raised-for-timeout", func(c *inject.Config) { c.Drain.Timeout = dur("60s") }},
+	{"grace-fits-timeout", func(c *inject.Config) { c.Drain.Timeout = dur("20s") }},
+	{"agent-grace-short", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
+	{"agent-grace-raised-for-timeout", func(c *inject.Config) { c.Mode, c.Drain.Timeout = inject.ModeAgent, dur("60s") }},
 	// A load balancer's deregistration delay: the derived drain timeout covers it and the quiet period's
 	// longest silence (auto: 10 s); a longer grace period is used whole; the annotation with a fixed quiet period.
-	{"grace-raised-for-deregistration", func(c *Config) { c.DeregistrationDelay = 120 * time.Second }},
-	{"grace-long-deregistration", func(c *Config) { c.DeregistrationDelay = 120 * time.Second }},
+	{"grace-raised-for-deregistration", func(c *inject.Config) { c.DeregistrationDelay = 120 * time.Second }},
+	{"grace-long-deregistration", func(c *inject.Config) { c.DeregistrationDelay = 120 * time.Second }},
 	{"annotation-deregistration-delay", nil},
 	{"bad-annotation-deregistration-delay", nil},
 	// Existing hooks, finding Envoy, names.
 	{"existing-prestop", nil},
-	{"existing-prestop-replaced", func(c *Config) { c.ReplaceHooks = true }},
-	{"agent-existing-prestop-replaced", func(c *Config) { c.Mode, c.ReplaceHooks = ModeAgent, true }},
+	{"existing-prestop-replaced", func(c *inject.Config) { c.ReplaceHooks = true }},
+	{"agent-existing-prestop-replaced", func(c *inject.Config) { c.Mode, c.ReplaceHooks = inject.ModeAgent, true }},
 	{"missing-envoy", nil},
 	{"ambiguous-envoy", nil},
 	{"envoy-by-image", nil},
-	{"name-conflict", func(c *Config) { c.Mode = ModeSidecar }},
-	{"sidecar-http-port-conflict", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"name-conflict", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
+	{"sidecar-http-port-conflict", func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP }},
 	{"existing-init-containers", nil},
-	{"sidecar-existing-init-containers", func(c *Config) { c.Mode = ModeSidecar }},
-	{"reinject-other-mode", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
+	{"sidecar-existing-init-containers", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
+	{"reinject-other-mode", func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP }},
 	{"env-user-set", nil},
-	{"env-user-set-agent", func(c *Config) { c.Mode = ModeAgent }},
+	{"env-user-set-agent", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
 	// Pods as people build them.
 	{"native-sidecar-envoy", nil},
-	{"native-sidecar-envoy-sidecar", func(c *Config) { c.Mode = ModeSidecar }},
-	{"native-sidecar-envoy-agent", func(c *Config) { c.Mode = ModeAgent }},
+	{"native-sidecar-envoy-sidecar", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
+	{"native-sidecar-envoy-agent", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
 	{"two-envoys", nil},
 	{"two-envoys-native-sidecar", nil},
-	{"sidecar-http-host-network", func(c *Config) { c.Mode, c.Hook = ModeSidecar, HookHTTP }},
-	{"sidecar-http-token", func(c *Config) { c.Mode, c.Hook, c.TokenSecret = ModeSidecar, HookHTTP, "envoy-drain-token" }},
-	{"sidecar-http-host-network-token", func(c *Config) { c.Mode, c.Hook, c.TokenSecret = ModeSidecar, HookHTTP, "envoy-drain-token" }},
-	{"bad-annotation-token-secret", func(c *Config) { c.Mode = ModeSidecar }},
-	{"sidecar-host-network", func(c *Config) { c.Mode = ModeSidecar }},
+	{"sidecar-http-host-network", func(c *inject.Config) { c.Mode, c.Hook = inject.ModeSidecar, inject.HookHTTP }},
+	{"sidecar-http-token", func(c *inject.Config) {
+		c.Mode, c.Hook, c.TokenSecret = inject.ModeSidecar, inject.HookHTTP, "envoy-drain-token"
+	}},
+	{"sidecar-http-host-network-token", func(c *inject.Config) {
+		c.Mode, c.Hook, c.TokenSecret = inject.ModeSidecar, inject.HookHTTP, "envoy-drain-token"
+	}},
+	{"bad-annotation-token-secret", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
+	{"sidecar-host-network", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
 	// automountServiceAccountToken: false (Contour's and Envoy Gateway's pods): the manager's own token, or not.
 	{"automount-off", nil},
-	{"automount-off-sidecar", func(c *Config) { c.Mode = ModeSidecar }},
+	{"automount-off-sidecar", func(c *inject.Config) { c.Mode = inject.ModeSidecar }},
 	{"automount-off-opted-out", nil},
 	// Envoy's admin on a unix socket: the sidecar mounts the volume that holds it, or the pod is refused.
-	{"sidecar-admin-socket-subpath", func(c *Config) {
-		c.Mode, c.Hook, c.AdminAddress = ModeSidecar, HookHTTP, "unix:///var/run/envoy/admin.sock"
+	{"sidecar-admin-socket-subpath", func(c *inject.Config) {
+		c.Mode, c.Hook, c.AdminAddress = inject.ModeSidecar, inject.HookHTTP, "unix:///var/run/envoy/admin.sock"
 	}},
-	{"sidecar-admin-socket-unshared", func(c *Config) { c.Mode, c.AdminAddress = ModeSidecar, "unix:///var/run/envoy/admin.sock" }},
-	{"sidecar-admin-socket-subpathexpr", func(c *Config) { c.Mode, c.AdminAddress = ModeSidecar, "unix:///var/run/envoy/admin.sock" }},
+	{"sidecar-admin-socket-unshared", func(c *inject.Config) {
+		c.Mode, c.AdminAddress = inject.ModeSidecar, "unix:///var/run/envoy/admin.sock"
+	}},
+	{"sidecar-admin-socket-subpathexpr", func(c *inject.Config) {
+		c.Mode, c.AdminAddress = inject.ModeSidecar, "unix:///var/run/envoy/admin.sock"
+	}},
 	{"grace-max", nil},
-	{"agent-grace-max", func(c *Config) { c.Mode = ModeAgent }},
+	{"agent-grace-max", func(c *inject.Config) { c.Mode = inject.ModeAgent }},
 	{"grace-over-duration", nil},
 	// Workload kinds and streams.
 	{"kind-pod", nil},
@@ -155,8 +167,8 @@ var goldenCases = []struct {
 }
 
 // everySetting sets every row of DrainSettings to its example.
-func everySetting(c *Config) {
-	for _, d := range DrainSettings {
+func everySetting(c *inject.Config) {
+	for _, d := range inject.DrainSettings {
 		if err := d.Set(c, d.Example); err != nil {
 			panic(fmt.Sprintf("setting %s: example %q: %v", d.Name, d.Example, err))
 		}
@@ -216,13 +228,13 @@ func TestInjectGolden(t *testing.T) {
 				t.Errorf("injecting twice differs from injecting once:\n%s", again)
 			}
 			// uninject∘inject = identity, object for object.
-			back, err := Transform(bytes.NewReader(got), Uninject, opts)
+			back, err := Transform(bytes.NewReader(got), inject.Uninject, opts)
 			if err != nil {
 				t.Fatalf("uninjecting the output: %v", err)
 			}
 			want := in
 			if tc.name == "reinject-other-mode" { // its input was injected: uninject gives the plain pod
-				want, _ = Manifests(in, Uninject, &bytes.Buffer{})
+				want, _ = Manifests(in, inject.Uninject, &bytes.Buffer{})
 			}
 			assertSameObjects(t, back, want)
 			assertGivenBack(t, want, back)
@@ -247,8 +259,8 @@ func TestGoldenCasesComplete(t *testing.T) {
 	}
 }
 
-func injectFunc(cfg Config) PodFunc {
-	return func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error { return Inject(meta, spec, cfg) }
+func injectFunc(cfg inject.Config) PodFunc {
+	return func(meta *metav1.ObjectMeta, spec *corev1.PodSpec) error { return inject.Inject(meta, spec, cfg) }
 }
 
 // assertSameObjects compares two YAML streams object by object, as the API types see them, and field for
@@ -414,7 +426,7 @@ func (e *endless) Read(p []byte) (int, error) {
 // stream (stdin from a wrong command) ends in an error naming the limit, having read not much more than it.
 func TestManifestsFromStopsAtTheLimit(t *testing.T) {
 	r := &endless{}
-	_, err := ManifestsFrom(r, Uninject, &bytes.Buffer{})
+	_, err := ManifestsFrom(r, inject.Uninject, &bytes.Buffer{})
 	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "the manifests are over 32 MiB") {
 		t.Fatalf("ManifestsFrom(endless) = %v, want ErrTooLarge naming the limit", err)
 	}

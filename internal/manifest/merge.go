@@ -1,4 +1,4 @@
-package inject
+package manifest
 
 import (
 	"bytes"
@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
 // Writing a mutated object back.
@@ -189,8 +191,8 @@ func isEmpty(v any) bool {
 // the status writes it back where the field is missing again. read is the pod template as read, out the same
 // after applyChanges; before and after are the typed objects.
 func keepEmpties(read, out map[string]any, before, after *corev1.PodTemplateSpec) error {
-	was, hadStatus, _ := ParseStatus(&before.ObjectMeta)
-	now, hasStatus, err := ParseStatus(&after.ObjectMeta)
+	was, hadStatus, _ := inject.ParseStatus(&before.ObjectMeta)
+	now, hasStatus, err := inject.ParseStatus(&after.ObjectMeta)
 	if err != nil || !hasStatus {
 		if hadStatus {
 			for _, p := range slices.Sorted(maps.Keys(was.Empties)) {
@@ -223,7 +225,7 @@ func keepEmpties(read, out map[string]any, before, after *corev1.PodTemplateSpec
 	if annotations == nil {
 		return fmt.Errorf("the status annotation is missing from the object written")
 	}
-	annotations[AnnotationStatus] = string(text)
+	annotations[inject.AnnotationStatus] = string(text)
 	return nil
 }
 
