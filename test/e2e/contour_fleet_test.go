@@ -223,6 +223,9 @@ func runContourFleet(ctx context.Context, t *testing.T, c *Cluster, root, manage
 	r.strategy = strategy
 	text := contourObjects(ctx, t, root, manager, contour, t.TempDir(), ds, s.shape.events, s.inject)
 	mustKubectl(ctx, t, c, "create", "namespace", ns)
+	// The ServiceAccount names the registry's pull Secret (contourObjects): on a node where a pod with
+	// credentials pulled our image, kubelet lets another pod use it only with credentials of its own.
+	createPullSecret(ctx, t, c, ns)
 	t.Cleanup(func() {
 		// The pods go before the next scenario, whose hostPorts are the same. Not the namespace: the namespace
 		// controller looks again only after the pods' grace period (300 s) once it has deleted them.

@@ -125,8 +125,10 @@ func TestFleet(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building shutdown-manager: %v: %s", err, out)
 	}
-	// The peers' pods of the takeover rows name the manager's image by tag (IfNotPresent) and carry no pull
-	// Secret: the first node gets it imported as the others do. The fleet-* rows' pods pull it from the registry.
+	// The first node gets the manager's image imported as the others do. Every namespace that runs it holds the
+	// registry's pull Secret, which its pods' ServiceAccount names: the fleet-* rows' pods pull the image from the
+	// registry (--image-pull-policy=Always), and kubelet then lets a pod on that node use the image only with
+	// credentials of its own (its Pulled Event: "already present on machine and can be accessed by the pod").
 	if out, err := c.ctr(ctx, "images", "import", filepath.Join(c.Dir, "manager.tar")); err != nil {
 		t.Fatalf("importing the manager's image: %v: %s", err, out)
 	}
