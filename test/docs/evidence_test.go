@@ -50,10 +50,12 @@ var evidenceBlocks = map[string]evidenceBlock{
 	"e2e-latest":            {e2eReportFile, renderE2ELatest},
 	"lb-scenarios":          {e2eReportFile, renderLBScenarios},
 	"lb-summary":            {e2eReportFile, renderLBSummary},
+	// "lb-sessions": {e2eReportFile, renderLBSessions}, (until REPORT.md has its rows)
 	"fleet-written":         {fleetReportFile, renderFleetWritten},
 	"fleet-scenarios":       {fleetReportFile, renderFleetScenarios},
 	"fleet-contour":         {fleetReportFile, renderFleetContour},
 	"fleet-contour-summary": {fleetReportFile, renderFleetContourSummary},
+	"fleet-contour-lb":      {fleetReportFile, renderFleetContourLB},
 	"timeline-waited":       {timelineEventsFile, renderTimelineWaited},
 	"timeline-exit":         {timelineEventsFile, renderTimelineExit},
 	"timeline-requests":     {timelineRunFile, renderTimelineRequests},
@@ -439,6 +441,7 @@ var lbMarkedDown = regexp.MustCompile(`HAProxy marked the pod down (\S+) after t
 // lbThrough is what each load-balancer row's load went through, by the start of its name (test/e2e/lb_test.go).
 var lbThrough = []struct{ prefix, through string }{
 	{"lb-haproxy-http-retry-", "HAProxy, HTTP, `retry-on conn-failure`, redispatch"},
+	{"lb-haproxy-shutdown-sessions", "HAProxy, TCP, no retries, `on-marked-down shutdown-sessions`"},
 	{"lb-haproxy-", "HAProxy, TCP, no retries"},
 	{"kubeproxy-", "ClusterIP (kube-proxy)"},
 }
@@ -483,6 +486,36 @@ func renderLBScenarios(text string) (string, error) {
 	return b.String(), nil
 }
 
+// lbLong is the note test/e2e's lb_test.go writes for a row with long requests.
+var lbLong = regexp.MustCompile(`long requests \((\d+) clients, (\S+) each, keep-alive\): (\d+) sent, (\d+) failed; the drain reported (\d+) cut by the client side; HAProxy had (\d+) sessions on the pod when it marked it down`)
+
+// renderLBSessions is docs/load-balancers.md's sentences on the session-killing rows: what the clients lost and
+// what the drain reported, behind HAProxy killing sessions and behind the same HAProxy without.
+func renderLBSessions(text string) (string, error) {
+	rep, err := parseE2EReport(text)
+	if err != nil {
+		return "", err
+	}
+	var parts [2]string
+	for i, name := range []string{"lb-haproxy-shutdown-sessions", "lb-haproxy-long-requests"} {
+		r, err := rep.row(name)
+		if err != nil {
+			return "", err
+		}
+		m := lbLong.FindStringSubmatch(r.note)
+		if m == nil {
+			return "", fmt.Errorf("the row %s has no note on its long requests", name)
+		}
+		parts[i] = fmt.Sprintf("lost %s of %s requests (%s of the %s long ones; HAProxy had %s sessions on the pod when it marked it down; %s), and the drain reported %s cut by the client side",
+			thousands(r.failed), thousands(r.sent), m[4], m[3], m[6], r.result, m[5])
+		if i == 0 {
+			parts[i] = fmt.Sprintf("with %s clients sending %s requests through it, the default injection ", m[1], m[2]) + parts[i]
+		}
+	}
+	return fmt.Sprintf("Behind HAProxy killing sessions (%s) %s; behind the same HAProxy without it (%s) it %s",
+		"`lb-haproxy-shutdown-sessions`", parts[0], "`lb-haproxy-long-requests`", parts[1]), nil
+}
+
 // renderLBSummary is the README's sentence on the load-balancer rows.
 func renderLBSummary(text string) (string, error) {
 	rep, err := parseE2EReport(text)
@@ -517,6 +550,7 @@ func fleetTables(text string) (fleet, contour mdTable, err error) {
 		switch {
 		case tb.has("node") && tb.has("new traffic after HC failed"):
 			fleet = tb
+		case tb.has("kube-proxy /healthz"): // the cloud shape's table (fleetContourLB)
 		case tb.has("node") && tb.has("rollout"):
 			contour = tb
 		}
@@ -591,11 +625,24 @@ func renderFleetContour(text string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return perScenario(tb, "per node: old pod deletion began → gone; drain; HAProxy down → up (time down)", func(r []string) string {
+		gone := tb.get(r, "old pod: deletion began → gone")
+		if _, after, ok := strings.Cut(gone, ": "); ok {
+			gone = after
+		}
+		drain, _, _ := strings.Cut(tb.get(r, "drain (manager's log)"), "; quiet:")
+		return fmt.Sprintf("%s: %s; %s; %s", strings.TrimPrefix(tb.get(r, "node"), "smgr-e2e-"), gone, drain, tb.get(r, "HAProxy down → up (time down)"))
+	})
+}
+
+// perScenario renders a FLEET.md table of a row per node (the scenario's cells on its first node's row only) as a
+// row per scenario: its name, failed / sent, rollout, the nodes' cells (node, one per line, headed nodesHead) and
+// pass.
+func perScenario(tb mdTable, nodesHead string, node func(r []string) string) (string, error) {
 	var b strings.Builder
-	b.WriteString("\n| scenario | failed / sent (through HAProxy) | rollout | per node: old pod deletion began → gone; drain; HAProxy down → up (time down) | pass |\n")
+	b.WriteString("\n| scenario | failed / sent (through HAProxy) | rollout | " + nodesHead + " | pass |\n")
 	b.WriteString("|---|---|---|---|---|\n")
-	var cur []string
-	var nodes []string
+	var cur, nodes []string
 	flush := func() {
 		if cur != nil {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", cur[0], cur[1], cur[2], strings.Join(nodes, "<br>"), cur[3])
@@ -613,12 +660,7 @@ func renderFleetContour(text string) (string, error) {
 		if cur == nil {
 			return "", fmt.Errorf("a row before the first scenario")
 		}
-		gone := tb.get(r, "old pod: deletion began → gone")
-		if _, after, ok := strings.Cut(gone, ": "); ok {
-			gone = after
-		}
-		drain, _, _ := strings.Cut(tb.get(r, "drain (manager's log)"), "; quiet:")
-		nodes = append(nodes, fmt.Sprintf("%s: %s; %s; %s", strings.TrimPrefix(tb.get(r, "node"), "smgr-e2e-"), gone, drain, tb.get(r, "HAProxy down → up (time down)")))
+		nodes = append(nodes, node(r))
 	}
 	flush()
 	return b.String(), nil
@@ -658,6 +700,37 @@ func renderFleetContourSummary(text string) (string, error) {
 		parts = append(parts, p.what+" "+s)
 	}
 	return strings.Join(parts, "; "), nil
+}
+
+// renderFleetContourLB is docs/e2e-fleet.md's table of Contour's DaemonSet behind a LoadBalancer Service with
+// externalTrafficPolicy Local (FLEET.md's table with the kube-proxy /healthz column): one row per scenario, the
+// nodes in a cell.
+func renderFleetContourLB(text string) (string, error) {
+	var tb mdTable
+	for _, t := range mdTables(text) {
+		if t.has("kube-proxy /healthz") {
+			tb = t
+		}
+	}
+	if tb.cols == nil {
+		return "", fmt.Errorf("no table of Contour's DaemonSet behind a LoadBalancer Service (a kube-proxy /healthz column)")
+	}
+	gone, unready := "old pod: deletion began → gone", "old pod: deletion began → Ready=False → gone"
+	if !tb.has(gone) {
+		gone = unready
+	}
+	if err := tb.need("scenario", "requests (sent / failed)", "errors", "rollout", "node", gone, "kube-proxy /healthz", "HAProxy down → up (time down)", "drain (manager's log)", "pass"); err != nil {
+		return "", err
+	}
+	return perScenario(tb, "per node: old pod deletion began → Ready=False → gone; kube-proxy /healthz; HAProxy down → up (time down); drain", func(r []string) string {
+		times := tb.get(r, gone)
+		if _, after, ok := strings.Cut(times, ": "); ok {
+			times = after
+		}
+		drain, _, _ := strings.Cut(tb.get(r, "drain (manager's log)"), "; quiet:")
+		return fmt.Sprintf("%s: %s; %s; %s; %s", strings.TrimPrefix(tb.get(r, "node"), "smgr-e2e-"), times,
+			tb.get(r, "kube-proxy /healthz"), tb.get(r, "HAProxy down → up (time down)"), drain)
+	})
 }
 
 var timelineRequests = regexp.MustCompile(`(?m)^requests sent (\d+), failed (\d+);`)
