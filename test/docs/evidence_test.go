@@ -46,10 +46,10 @@ type evidenceBlock struct {
 
 // evidenceBlocks are the blocks a page may hold, by name.
 var evidenceBlocks = map[string]evidenceBlock{
-	"e2e-scenarios":         {e2eReportFile, renderE2EScenarios},
-	"e2e-latest":            {e2eReportFile, renderE2ELatest},
-	"lb-scenarios":          {e2eReportFile, renderLBScenarios},
-	"lb-summary":            {e2eReportFile, renderLBSummary},
+	"e2e-scenarios": {e2eReportFile, renderE2EScenarios},
+	"e2e-latest":    {e2eReportFile, renderE2ELatest},
+	"lb-scenarios":  {e2eReportFile, renderLBScenarios},
+	"lb-summary":    {e2eReportFile, renderLBSummary},
 	// "lb-sessions": {e2eReportFile, renderLBSessions}, (until REPORT.md has its rows)
 	"fleet-written":         {fleetReportFile, renderFleetWritten},
 	"fleet-scenarios":       {fleetReportFile, renderFleetScenarios},
