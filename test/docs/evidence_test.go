@@ -46,11 +46,11 @@ type evidenceBlock struct {
 
 // evidenceBlocks are the blocks a page may hold, by name.
 var evidenceBlocks = map[string]evidenceBlock{
-	"e2e-scenarios": {e2eReportFile, renderE2EScenarios},
-	"e2e-latest":    {e2eReportFile, renderE2ELatest},
-	"lb-scenarios":  {e2eReportFile, renderLBScenarios},
-	"lb-summary":    {e2eReportFile, renderLBSummary},
-	// "lb-sessions": {e2eReportFile, renderLBSessions}, (until REPORT.md has its rows)
+	"e2e-scenarios":         {e2eReportFile, renderE2EScenarios},
+	"e2e-latest":            {e2eReportFile, renderE2ELatest},
+	"lb-scenarios":          {e2eReportFile, renderLBScenarios},
+	"lb-summary":            {e2eReportFile, renderLBSummary},
+	"lb-sessions":           {e2eReportFile, renderLBSessions},
 	"fleet-written":         {fleetReportFile, renderFleetWritten},
 	"fleet-scenarios":       {fleetReportFile, renderFleetScenarios},
 	"fleet-contour":         {fleetReportFile, renderFleetContour},
@@ -506,8 +506,12 @@ func renderLBSessions(text string) (string, error) {
 		if m == nil {
 			return "", fmt.Errorf("the row %s has no note on its long requests", name)
 		}
-		parts[i] = fmt.Sprintf("lost %s of %s requests (%s of the %s long ones; HAProxy had %s sessions on the pod when it marked it down; %s), and the drain reported %s cut by the client side",
-			thousands(r.failed), thousands(r.sent), m[4], m[3], m[6], r.result, m[5])
+		sessions := m[6] + " sessions"
+		if m[6] == "1" {
+			sessions = "1 session"
+		}
+		parts[i] = fmt.Sprintf("lost %s of %s requests (%s of the %s long ones; HAProxy had %s on the pod when it marked it down; %s), and the drain reported %s cut by the client side",
+			thousands(r.failed), thousands(r.sent), m[4], m[3], sessions, r.result, m[5])
 		if i == 0 {
 			parts[i] = fmt.Sprintf("with %s clients sending %s requests through it, the default injection ", m[1], m[2]) + parts[i]
 		}
