@@ -137,7 +137,9 @@ func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
 		ctx := testContext(t)
 		first := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second)
 		waitInFlight(t, e, 5)
-		p, a := serve(t, e, "--drain-delay", "500ms", "--min-drain-duration", "1500ms", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
+		// Windows of 2 s and 3 s: under a loaded make test, 500 ms and 1.5 s once passed before the test had sent its
+		// requests into them (it waits for each state, then sends), and it never saw min_duration.
+		p, a := serve(t, e, "--drain-delay", "2s", "--min-drain-duration", "3s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
 		shutdown := make(chan int, 1)
 		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
 
