@@ -197,8 +197,15 @@ func runDay2(ctx context.Context, t *testing.T, c *Cluster, root, manager string
 	r = day2Step("uninject-rollout", "N-1's inject, then N's uninject of kubectl get -o yaml, applied")
 	injected := runManager(ctx, t, prevManager, mustKubectl(ctx, t, c, "-n", Day2Namespace, "get", "deployment", "envoy", "-o", "yaml"),
 		"inject", "--image="+PrevImage, "--image-pull-policy=Always", "--mode=hook", "-f", "-")
+	replaced := envoyPods(ctx, t, c, Day2Namespace)
 	applyText(ctx, t, c, Day2Namespace, injected)
 	mustKubectl(ctx, t, c, "-n", Day2Namespace, "rollout", "status", "deployment/envoy", "--timeout=300s")
+	// rollout status returns while the last replaced pod still drains; when it goes, the controllers write the
+	// Deployment's status, and a `kubectl get -o yaml` read before that applies with a stale resourceVersion:
+	// Conflict (CI, 2026-11-27: the uninject below was read 3 s after rollout status, the pod went 2 s later).
+	for _, p := range replaced {
+		waitGone(ctx, t, c, Day2Namespace, p)
+	}
 	if got := podVersions(ctx, t, c); !allVersion(got, PrevVersion) {
 		t.Fatalf("after N-1's `inject` of the live Deployment the pods carry %v, want %s in every one", got, PrevVersion)
 	}
