@@ -854,10 +854,17 @@ func renderSweepGoal(text string) (string, error) {
 	if len(table) < 3 {
 		return "", fmt.Errorf("the table per rate has %d lines", len(table))
 	}
+	reach := sweepReach.FindString(text)
+	if reach == "" {
+		return "", fmt.Errorf("no sentence %q", sweepReach)
+	}
 	return fmt.Sprintf("\nThe committed sweep (finished %s %s UTC, %s min; load average before and after %s on %s CPUs): "+
 		"ours with its defaults meets the goal in **%s of %s** rows. Per rate, over its rows: failed requests, and the "+
-		"time over the limit where 0 failed (s):\n\n%s\n", m[1], m[2], m[3], m[4], m[5], g[1], g[2], strings.Join(table, "\n")), nil
+		"time over the limit where 0 failed (s):\n\n%s\n\n%s\n", m[1], m[2], m[3], m[4], m[5], g[1], g[2], strings.Join(table, "\n"), reach), nil
 }
+
+// sweepReach is the report's sentence on the rows missed that no cautious rule could meet.
+var sweepReach = regexp.MustCompile(`In \d+ of the \d+ rows missed, every run asked for [^\n]*\.`)
 
 // renderSweepSummary is the sweep report's summary per policy, for a sentence: for ours (its defaults and its
 // variants) the rows at 0 failed and within 1 s of the limit, for the others the rows where requests failed.
@@ -982,7 +989,8 @@ func TestSweepEvidence(t *testing.T) {
 	plot := readRepo(t, "bench/plot.py")
 	for _, s := range []string{"Ours with its defaults meets the goal in **{meets} of {rows_goal}** rows.",
 		`"Per rate, over its rows:`, `"rows at 0 failed (every run)"`, `"failed requests, all rows"`,
-		`f"rows at 0 failed and within {WITHIN:g} s of the limit"`, "WITHIN = 1.0", "; the sweep took ", "before and after: "} {
+		`f"rows at 0 failed and within {WITHIN:g} s of the limit"`, "WITHIN = 1.0", "; the sweep took ", "before and after: ",
+		"rows missed, every run asked for a silence"} {
 		if !strings.Contains(plot, s) {
 			t.Errorf("bench/plot.py no longer writes %s: the blocks sweep-goal and sweep-summary read it", s)
 		}
