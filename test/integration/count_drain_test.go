@@ -86,10 +86,9 @@ func TestCountExcludedManagerReleases(t *testing.T) {
 		if code := p.wait(t, 5*time.Second); code != 0 || f.Outcome != "drained" {
 			t.Fatalf("exit code %d, outcome %q (%s); want 0, drained", code, f.Outcome, f.Reason)
 		}
-		// min-drain-duration (1s) plus one interval (100ms), plus the time to start and to fail health checks.
-		if f.Duration > 1100*time.Millisecond+time.Second {
-			t.Errorf("drain took %s with only idle connections, want min-drain-duration plus one interval", f.Duration)
-		}
+		// Released by the floor (1s): the idle connections were never counted. (This asserted a duration of at
+		// most 2.1 s, which a cold make test at load 12 missed by a late poll: 2.158 s, nothing in flight.)
+		releasedAtFloor(t, p)
 		if c := pool.Counts(); c.Open != 5 {
 			t.Errorf("idle connections at release: %s, want all 5 open (they must not need to close)", c)
 		}

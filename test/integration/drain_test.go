@@ -34,10 +34,9 @@ func TestIdleKeepAliveDoesNotHoldDrain(t *testing.T) {
 		if c := pool.Counts(); c.Open != 50 {
 			t.Fatalf("at release: %s; want all 50 idle connections still open (they must not hold the drain)", c)
 		}
-		// min-drain-duration (1s) plus one interval (100ms), plus the time to start and to fail health checks.
-		if f.Duration > 1100*time.Millisecond+time.Second {
-			t.Errorf("drain took %s with only idle connections, want min-drain-duration plus one interval", f.Duration)
-		}
+		// Released by the floor (1s): the idle connections were never counted. (This asserted a duration of at
+		// most 2.1 s, which a cold make test at load 12 missed by a late poll: 2.158 s, nothing in flight.)
+		releasedAtFloor(t, p)
 
 		stopEnvoy(t, e)
 		if err := pool.WaitEnded(ctx, 50); err != nil {
@@ -92,11 +91,12 @@ func TestActiveKeepAliveClients(t *testing.T) {
 		// Ten clients, each with one request of 1 s in flight at any time: the work never pauses. (With
 		// 200 ms requests a starved machine could leave all ten between a response and the next request —
 		// each response closes its connection — and the drain would rightly release then. A starved machine
-		// did so with 1 s requests too, 100 ms polls and no quiet period: the quiet period of 1 s holds the
-		// drain across such a gap, as it would for real clients.)
+		// did so with 1 s requests too, 100 ms polls and no quiet period: a quiet period holds the drain across
+		// such a gap, as it would for real clients. 3 s of it: a cold make test at load 12 starved the clients for
+		// more than 1 s — no request reached Envoy from 0.02 s to 1.24 s into the drain, which released then.)
 		loadCtx, stopLoad := context.WithCancel(ctx)
 		load := testbed.KeepAlive(loadCtx, e.HTTPAddr, 10, 0, "/sleep?d=1s")
-		_, a := serve(t, e, fast("--quiet-period", "1s")...)
+		_, a := serve(t, e, fast("--quiet-period", "3s")...)
 		waitSent(t, load, 20)
 
 		shutdown := make(chan time.Time, 1)

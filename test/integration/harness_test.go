@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -247,6 +248,38 @@ func (p *proc) running() bool {
 		return false
 	default:
 		return true
+	}
+}
+
+// linesOf returns the log lines with msg, in order.
+func (p *proc) linesOf(msg string) []logLine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []logLine
+	for _, l := range p.lines {
+		if l.str("msg") == msg {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// releasedAtFloor fails t unless p's drain counted nothing in flight at any poll, and its wait, the phase right
+// after the minimum duration, ended drained: nothing held it past the floor. (Behaviour, not timing: on a starved
+// machine the floor's poll may come late, and the release with it.)
+func releasedAtFloor(t *testing.T, p *proc) {
+	t.Helper()
+	for _, l := range p.linesOf("work in flight") {
+		if open, _ := l["open"].(float64); open != 0 {
+			t.Errorf("the drain counted %v in flight at %s: it must count nothing here", open, l.str("elapsed"))
+		}
+	}
+	var phases []string
+	for _, l := range p.linesOf("drain phase ended") {
+		phases = append(phases, l.str("phase")+" "+l.str("cause"))
+	}
+	if i := slices.Index(phases, "min_duration elapsed"); i < 0 || i+1 >= len(phases) || phases[i+1] != "waiting drained" {
+		t.Errorf("the drain's phases ended %v; want the minimum duration, then the wait drained", phases)
 	}
 }
 
