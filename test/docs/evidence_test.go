@@ -51,6 +51,7 @@ var evidenceBlocks = map[string]evidenceBlock{
 	"lb-scenarios":          {e2eReportFile, renderLBScenarios},
 	"lb-summary":            {e2eReportFile, renderLBSummary},
 	"lb-sessions":           {e2eReportFile, renderLBSessions},
+	"contour-e2e":           {e2eReportFile, renderContourE2E},
 	"fleet-written":         {fleetReportFile, renderFleetWritten},
 	"fleet-scenarios":       {fleetReportFile, renderFleetScenarios},
 	"fleet-contour":         {fleetReportFile, renderFleetContour},
@@ -411,6 +412,37 @@ func renderE2EScenarios(text string) (string, error) {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.setup, r.action, failedOfSent(r.failed, r.sent, r.kinds),
 			drain, r.gone, r.result, note)
+	}
+	return b.String(), nil
+}
+
+// renderContourE2E is docs/migrate-contour.md's table: the report's rows of Contour's pod on the real kubelet, as
+// shipped and taken over, side by side (the run's date, then a row each).
+func renderContourE2E(text string) (string, error) {
+	rep, err := parseE2EReport(text)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n`make e2e`, run written %s: Contour's Envoy pod under load on the real kubelet ([e2e.md](e2e.md)).\n\n", rep.written)
+	b.WriteString("| scenario | manager | action | failed / sent | drain (the manager's log) | FailedPreStopHook | old pods gone after | result |\n")
+	b.WriteString("|---|---|---|---:|---|---|---|---|\n")
+	n := 0
+	for _, r := range rep.rows {
+		if !strings.HasPrefix(r.name, "contour-") || !r.peer {
+			continue
+		}
+		n++
+		hooks, _, _ := strings.Cut(r.hooks, " (")
+		drain := r.drain
+		if drain == "" {
+			drain = "–"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.setup, r.action,
+			failedOfSent(r.failed, r.sent, r.kinds), drain, hooks, strings.TrimPrefix(r.gone, "old pods gone after "), r.result)
+	}
+	if n == 0 {
+		return "", fmt.Errorf("no contour-* row in the report's Contour section")
 	}
 	return b.String(), nil
 }
