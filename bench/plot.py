@@ -606,47 +606,57 @@ QUIET_RATE = re.compile(r"^([0-9.]+) arrivals/s until ")  # the rate seen, as th
 HORIZON = 30.0  # the adaptive rule's horizon (internal/drain/quiet.go: 30 s, a chance of 5 %)
 
 
-def goal_cost(r, quiet_reason):
-    """What meeting the goal would have asked of the quiet period in a run it held too long: the silence after
-    the last arrival at which it would have had to release, against the source's own pauses and against the
-    chance that a source still sending at the rate seen shows that silence within the rule's horizon (arrivals
-    at random: about r·30·e^(-r·s) silences of s or more in 30 s)."""
-    exit_after = r["time_to_terminate_s"] - r["release_s"]
-    s_goal = r["limit_s"] + WITHIN - exit_after - r["last_new_connection_s"]
+def quiet_reason(r):
+    """The reason the quiet phase of run r ended, from its log ("" when it had none)."""
+    for ph in r.get("phases") or []:
+        m = PHASE.match(ph)
+        if m and m.group(1) == "quiet":
+            return m.group(3)
+    return ""
+
+
+def goal_ask(r):
+    """What meeting the goal would have asked of the quiet period in run r: the silence after the last arrival at
+    which it would have had to release (s), the longest pause the source had made and ended if that silence is
+    shorter (else None), and the rate seen with the chance that a source still sending at it shows that silence
+    within the rule's horizon (arrivals at random: about r·30·e^(-r·s) silences of s or more in 30 s; None without
+    a rate). None when the goal asked for no silence at all."""
+    s_goal = r["limit_s"] + WITHIN - (r["time_to_terminate_s"] - r["release_s"]) - r["last_new_connection_s"]
     if s_goal <= 0:
-        return ""
-    parts = []
+        return None
     gap = r.get("longest_gap_s")
-    if gap and s_goal < gap:
-        parts.append(f"shorter than a pause the source had already made and ended ({gap:.2f} s)")
-    m = QUIET_RATE.match(quiet_reason)
+    m = QUIET_RATE.match(quiet_reason(r))
+    rate = None
     if m and float(m.group(1)) > 0:
-        rate = float(m.group(1))
-        chance = 1 - math.exp(-rate * HORIZON * math.exp(-rate * s_goal))
-        parts.append(f"a silence a source still sending at {m.group(1)}/s shows within {HORIZON:g} s with a chance "
-                     f"of {chance:.0%}")
+        x = float(m.group(1))
+        rate = (m.group(1), 1 - math.exp(-x * HORIZON * math.exp(-x * s_goal)))
+    return s_goal, (gap if gap and s_goal < gap else None), rate
+
+
+def goal_cost(r):
+    """goal_ask(r) as the end of a goal line ("" when it says nothing)."""
+    ask = goal_ask(r)
+    if not ask:
+        return ""
+    s_goal, gap, rate = ask
+    parts = []
+    if gap is not None:
+        parts.append(f"shorter than a pause the source had already made and ended ({gap:.2f} s)")
+    if rate is not None:
+        parts.append(f"a silence a source still sending at {rate[0]}/s shows within {HORIZON:g} s with a chance "
+                     f"of {rate[1]:.0%}")
     if not parts:
         return ""
     return f"; meeting the goal meant releasing after {s_goal:.2f} s of silence: " + ", and ".join(parts)
 
 
 def goal_out_of_reach(r):
-    """Whether meeting the goal in run r asked for a release after a silence shorter than a pause the source had
-    made and ended, or one that a source still sending at the rate seen shows within the horizon with a chance of
-    50 % or more (see goal_cost)."""
+    """Whether run r missed the goal by its time and meeting it asked for a silence shorter than a pause the source
+    had made and ended, or one with a chance of 50 % or more (goal_ask)."""
     if not sweep_ok(r) or r["over_limit_s"] <= WITHIN:
         return False
-    s_goal = r["limit_s"] + WITHIN - (r["time_to_terminate_s"] - r["release_s"]) - r["last_new_connection_s"]
-    if r.get("longest_gap_s") and s_goal < r["longest_gap_s"]:
-        return True
-    for ph in r.get("phases") or []:
-        m = PHASE.match(ph)
-        if m and m.group(1) == "quiet":
-            q = QUIET_RATE.match(m.group(3))
-            if q and float(q.group(1)) > 0:
-                rate = float(q.group(1))
-                return 1 - math.exp(-rate * HORIZON * math.exp(-rate * s_goal)) >= 0.5
-    return False
+    ask = goal_ask(r)
+    return bool(ask) and (ask[1] is not None or (ask[2] is not None and ask[2][1] >= 0.5))
 
 
 def goal_text(r):
@@ -677,7 +687,7 @@ def goal_text(r):
         if m:
             why = (f"; the quiet period held it: {m.group(1)} of silence needed ({m.group(2)}), released "
                    f"{r['release_s'] - r['last_new_connection_s']:.2f} s after the last arrival")
-            why += goal_cost(r, quiet[1])
+            why += goal_cost(r)
     elif waiting:
         why = f"; the work in flight held it until {waiting[0]:.2f} s (the last request ended at {r['last_request_end_s']:.2f} s)"
     when = f"{rel:.2f} s after the limit" if rel >= 0 else f"{-rel:.2f} s before the limit"
@@ -771,9 +781,7 @@ def sweep_report(out):
               "goal's 1 s must hold too. The quiet period waits past sparse and bursty sources' pauses by design, as a "
               "source that paused cannot be told from one that stopped until the silence is long enough: the fixed "
               "3 s column beside it is what a shorter wait does with the same arrivals. Each such line also says what "
-              "meeting the goal would have asked: a release after a silence that the source had already outlasted once "
-              "and then sent again, or that a source still sending at the rate seen shows within 30 s with the chance "
-              f"given. In {impossible} of the {rows_goal - meets} rows missed, every run asked for a silence the source had "
+              f"meeting the goal would have asked. In {impossible} of the {rows_goal - meets} rows missed, every run asked for a silence the source had "
               "already outlasted once, or one that a source still sending shows within 30 s with a chance of 50 % or "
               "more: there, a rule that waits for evidence that the source stopped cannot meet the goal without failing "
               "requests whenever a source only paused"
