@@ -2,6 +2,7 @@ package docs
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,16 +16,20 @@ var kubernetesModules = []string{"k8s.io/", "sigs.k8s.io/", "gomodules.xyz/"}
 // `make image`, `make release`) and in the tests that pull from a registry; no shipped binary may link them.
 var imageModules = []string{"github.com/google/go-containerregistry/", "github.com/docker/"}
 
-// kubernetesDeps are the packages of kubernetesModules that pkg is built from (see deps).
+// kubernetesDeps are the packages of kubernetesModules (or of any client-go) that pkg is built from (see deps).
 func kubernetesDeps(t *testing.T, pkg string) []string {
 	t.Helper()
-	return deps(t, pkg, kubernetesModules, "/client-go/")
+	return deps(t, pkg, func(p string) bool { return hasPrefix(p, kubernetesModules) || strings.Contains(p, "/client-go/") })
 }
 
-// deps are the packages pkg is built from whose import path starts with one of prefixes or contains contains
-// (when not empty), each with the package of this module or another module that imports it first (go list -deps:
-// dependencies before dependents).
-func deps(t *testing.T, pkg string, prefixes []string, contains string) []string {
+// hasPrefix reports whether path starts with one of prefixes.
+func hasPrefix(path string, prefixes []string) bool {
+	return slices.ContainsFunc(prefixes, func(prefix string) bool { return strings.HasPrefix(path, prefix) })
+}
+
+// deps are the packages pkg is built from whose import path match accepts, each with the package of this module
+// or another module that imports it first (go list -deps: dependencies before dependents).
+func deps(t *testing.T, pkg string, match func(path string) bool) []string {
 	t.Helper()
 	out, err := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}{{range .Imports}} {{.}}{{end}}`, pkg).Output()
 	if err != nil {
@@ -39,11 +44,8 @@ func deps(t *testing.T, pkg string, prefixes []string, contains string) []string
 				importedBy[imp] = f[0]
 			}
 		}
-		for _, prefix := range prefixes {
-			if strings.HasPrefix(f[0], prefix) || (contains != "" && strings.Contains(f[0], contains)) {
-				found = append(found, f[0])
-				break
-			}
+		if match(f[0]) {
+			found = append(found, f[0])
 		}
 	}
 	for i, p := range found {
@@ -70,11 +72,11 @@ func TestPodBinaryLinksNoKubernetes(t *testing.T) {
 // move would have protected). The image build itself must link it: the check sees it there.
 func TestShippedBinariesLinkNoImageTooling(t *testing.T) {
 	for _, main := range []string{"../../cmd/shutdown-manager-pod", "../../cmd/shutdown-manager"} {
-		if d := deps(t, main, imageModules, ""); len(d) > 0 {
+		if d := deps(t, main, func(p string) bool { return hasPrefix(p, imageModules) }); len(d) > 0 {
 			t.Errorf("%s links %d packages of the image tooling:\n  %s", main, len(d), strings.Join(d, "\n  "))
 		}
 	}
-	if d := deps(t, "../../internal/image/build", imageModules, ""); len(d) == 0 {
+	if d := deps(t, "../../internal/image/build", func(p string) bool { return hasPrefix(p, imageModules) }); len(d) == 0 {
 		t.Error("the image build links no go-containerregistry package either: this check sees nothing")
 	}
 }
