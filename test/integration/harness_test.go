@@ -269,7 +269,11 @@ func (p *proc) linesOf(msg string) []logLine {
 // machine the floor's poll may come late, and the release with it.)
 func releasedAtFloor(t *testing.T, p *proc) {
 	t.Helper()
-	for _, l := range p.linesOf("work in flight") {
+	counts := p.linesOf("work in flight")
+	if len(counts) == 0 {
+		t.Error(`no "work in flight" line in the drain's log (it logs them at debug level): nothing shows what it counted`)
+	}
+	for _, l := range counts {
 		if open, _ := l["open"].(float64); open != 0 {
 			t.Errorf("the drain counted %v in flight at %s: it must count nothing here", open, l.str("elapsed"))
 		}
