@@ -9,7 +9,8 @@
 # A test that needs a Kubernetes binary or Helm that a lane is still building waits for it (internal/kubetest and
 # scripts/helm-binary.sh wait on the lock a build holds), so nothing is built twice and nothing is missed.
 # Each lane writes bin/test/<lane>.log; the logs are printed when every lane has ended (a failed lane does not stop
-# the others: one run reports every failure). Exit status 1 if any lane failed. Ctrl-C stops every lane.
+# the others: one run reports every failure), then each lane's time and the CPU it spent, and how busy the machine's
+# CPUs were meanwhile (scripts/cpu-busy.sh). Exit status 1 if any lane failed. Ctrl-C stops every lane.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 make envoy || exit 1
@@ -22,9 +23,20 @@ declare -A run=(
   [envoy]='make integration BUILDS='
 )
 lanes=(newest oldest pure envoy)
+# lane_end LANE RC prints a lane's last line: its exit status, its time, and the CPU-seconds (user + sys) its
+# commands spent (bash's `times`, called in the lane's own shell: a subshell would count none of them).
+lane_end() {
+  local f
+  f=$(mktemp)
+  times >"$f"
+  echo "=== lane $1: exit $2 after $SECONDS s, $(awk 'NR == 2 { s = 0; for (i = 1; i <= 2; i++) { split($i, t, "m"); sub("s", "", t[2]); s += 60 * t[1] + t[2] }; printf "%d", s }' "$f") CPU-s"
+  rm -f "$f"
+}
+export -f lane_end
+mark=$(./scripts/cpu-busy.sh)
 declare -A pid
 for lane in "${lanes[@]}"; do
-  setsid bash -c "${run[$lane]}"'; rc=$?; echo "=== lane '"$lane"': exit $rc after $SECONDS s"; exit $rc' >"bin/test/$lane.log" 2>&1 &
+  setsid bash -c "${run[$lane]}"'; rc=$?; lane_end '"$lane"' $rc; exit $rc' >"bin/test/$lane.log" 2>&1 &
   pid[$lane]=$!
 done
 trap 'for p in "${pid[@]}"; do kill -- -"$p" 2>/dev/null; done; exit 130' INT TERM
@@ -37,5 +49,5 @@ for lane in "${lanes[@]}"; do
   cat "bin/test/$lane.log"
 done
 for lane in "${lanes[@]}"; do tail -n1 "bin/test/$lane.log"; done | sed 's/^=== /make test: /'
-echo "make test: all lanes ended after $SECONDS s"
+echo "make test: all lanes ended after $SECONDS s; $(./scripts/cpu-busy.sh $mark)"
 [ ${#failed[@]} -eq 0 ] || { echo "make test: failed lanes: ${failed[*]}" >&2; exit 1; }
