@@ -133,10 +133,7 @@ main() {
 
 # oldest [--print-dir] builds the oldest line's kube-apiserver (tools/kube-oldest) into <cache>/<version>/bin and
 # links the newest line's etcd and kubectl beside it (the tiers run one etcd and kubectl; the API server is what
-# differs), building those when they are missing. Its own build comes first: in a cold make test the newest line's
-# lane is building etcd and kubectl at the same time, and waiting for that build before starting this one put the
-# two builds end to end on the critical path (docs/development.md). The lock is held until the links are there too,
-# so a test waiting on it (internal/kubetest) finds the whole bin/.
+# differs), building those first when they are missing.
 oldest() {
   local root version dir bin newest ldflags
   root=$(cd "$(dirname "$0")/.." && pwd)
@@ -148,11 +145,14 @@ oldest() {
     echo "$bin"
     return 0
   fi
-  if [ -x "$bin/kube-apiserver" ] && [ -x "$bin/etcd" ] && [ -x "$bin/kubectl" ]; then
+  newest=$(KUBE_LINE=newest KUBE_BINARIES="etcd kubectl" "$0")
+  mkdir -p "$bin"
+  ln -sfn "$newest/etcd" "$bin/etcd"
+  ln -sfn "$newest/kubectl" "$bin/kubectl"
+  if [ -x "$bin/kube-apiserver" ]; then
     echo "$bin"
     return 0
   fi
-  mkdir -p "$bin"
   exec 9>"$dir/.lock"
   command -v flock >/dev/null && flock 9
   if [ ! -x "$bin/kube-apiserver" ]; then
@@ -170,9 +170,6 @@ oldest() {
     mv "$tmp/kube-apiserver" "$bin/kube-apiserver"
     echo "kube-binaries: built in $((SECONDS - start)) s" >&2
   fi
-  newest=$(KUBE_LINE=newest KUBE_BINARIES="etcd kubectl" "$0")
-  ln -sfn "$newest/etcd" "$bin/etcd"
-  ln -sfn "$newest/kubectl" "$bin/kubectl"
   echo "$bin"
 }
 
