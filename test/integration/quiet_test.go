@@ -54,7 +54,7 @@ func paced(ctx context.Context, t *testing.T, gap time.Duration, stop time.Time,
 }
 
 // quietCase is a drain of the real Envoy with some traffic, and where its release must fall: at the floor
-// (5 s to 6 s: at the poll that ends the floor, see quietEndedWithTheFloor), or, if a request came before the
+// (5 s or more, at the poll that ends the floor: quietEndedWithTheFloor), or, if a request came before the
 // release, in afterLast of the last such request (when it really began: on a busy machine later than its
 // schedule), whichever is later.
 type quietCase struct {
@@ -108,8 +108,8 @@ func runQuietCases(t *testing.T, flags []string, cases []quietCase) {
 				quiet := p.quietPhase()
 				t.Logf("envoy %s, %s: drain took %s; quiet phase ended: %s", bin.Version, tc.name, f.Duration, quiet.str("reason"))
 				// starts waits until the traffic's schedule ends: a request after the release must show.
-				floor := drain.DefaultMinDuration + time.Second
-				lo, hi := drain.DefaultMinDuration, floor
+				atFloor := drain.DefaultMinDuration + time.Second // hi where the release is due at the floor
+				lo, hi := drain.DefaultMinDuration, atFloor
 				var before, afterRelease []time.Duration
 				for _, s := range starts() {
 					if at := s.Sub(began); at < f.Duration {
@@ -126,7 +126,7 @@ func runQuietCases(t *testing.T, flags []string, cases []quietCase) {
 				switch {
 				case f.Duration < lo:
 					t.Errorf("drain took %s, want %s or more", f.Duration, lo.Round(time.Millisecond))
-				case hi == floor: // the release is due at the floor
+				case hi == atFloor:
 					quietEndedWithTheFloor(t, p)
 				case f.Duration > hi:
 					t.Errorf("drain took %s, want %s to %s", f.Duration, lo.Round(time.Millisecond), hi.Round(time.Millisecond))
@@ -231,7 +231,8 @@ func TestWebSocketHeldPastDeadline(t *testing.T) {
 // check, rather than an upper bound on the drain's duration: on a busy machine the poll that ends the floor comes
 // late itself (0.98 s late in a cold rehearsal at load 15 on 2 cores: a 5 s floor ended 6.17 s into the drain,
 // the quiet phase 1 ms later), which is no fault of the rule; traffic taken for new would hold the quiet phase
-// for its period (3 s, or up to 10 s adaptive) after the floor.
+// for its period (3 s, or up to 10 s adaptive) after the floor. That the floor itself ends at its first poll
+// after 5 s is internal/drain's TestDrainOrderAndRelease's, on a fake clock.
 func quietEndedWithTheFloor(t *testing.T, p *proc) {
 	t.Helper()
 	phases := p.linesOf("drain phase ended")
