@@ -112,7 +112,7 @@ bench-webhook: build
 # Everything CI runs before the e2e, each tier a target named for what it runs: vet, the pure tests, the real
 # Envoy (and containerd) tests, the real kube-apiserver tests on two Kubernetes lines, fuzzing. Each tier's
 # prerequisites build or install what it needs, so `make test` works on a fresh machine (.ci/run calls it).
-# scripts/test.sh runs the tiers in three lanes side by side, the builds beside the tiers that need none of them.
+# scripts/test.sh runs the tiers in four lanes side by side, the builds beside the tiers that need none of them.
 test:
 	./scripts/test.sh
 
