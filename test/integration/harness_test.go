@@ -278,13 +278,29 @@ func releasedAtFloor(t *testing.T, p *proc) {
 			t.Errorf("the drain counted %v in flight at %s: it must count nothing here", open, l.str("elapsed"))
 		}
 	}
-	var phases []string
+	if floor, next := p.afterFloor(); floor == nil || next.str("phase")+" "+next.str("cause") != "waiting drained" {
+		t.Errorf("the drain's phases ended %v; want the minimum duration, then the wait drained", p.phases())
+	}
+}
+
+// afterFloor returns the log line of the floor's end (the minimum duration's phase, ended by its time) and of the
+// phase that ended right after it, where the floor released the drain to; both nil if the log has no such pair.
+func (p *proc) afterFloor() (floor, next logLine) {
+	phases := p.linesOf("drain phase ended")
+	i := slices.IndexFunc(phases, func(l logLine) bool { return l.str("phase") == "min_duration" && l.str("cause") == "elapsed" })
+	if i < 0 || i+1 >= len(phases) {
+		return nil, nil
+	}
+	return phases[i], phases[i+1]
+}
+
+// phases lists the drain's phases as they ended, "phase cause" each, for a failure's message.
+func (p *proc) phases() []string {
+	var out []string
 	for _, l := range p.linesOf("drain phase ended") {
-		phases = append(phases, l.str("phase")+" "+l.str("cause"))
+		out = append(out, l.str("phase")+" "+l.str("cause"))
 	}
-	if i := slices.Index(phases, "min_duration elapsed"); i < 0 || i+1 >= len(phases) || phases[i+1] != "waiting drained" {
-		t.Errorf("the drain's phases ended %v; want the minimum duration, then the wait drained", phases)
-	}
+	return out
 }
 
 // finished is the "drain finished" log line's fields.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"slices"
 	"testing"
 	"time"
 
@@ -235,17 +234,16 @@ func TestWebSocketHeldPastDeadline(t *testing.T) {
 // after 5 s is internal/drain's TestDrainOrderAndRelease's, on a fake clock.
 func quietEndedWithTheFloor(t *testing.T, p *proc) {
 	t.Helper()
-	phases := p.linesOf("drain phase ended")
-	i := slices.IndexFunc(phases, func(l logLine) bool { return l.str("phase") == string(drain.PhaseMinDuration) })
-	if i < 0 || i+1 >= len(phases) || phases[i+1].str("phase") != string(drain.PhaseQuiet) {
-		t.Errorf("the drain's phases: %v; want the floor's end, then the quiet phase's", phases)
+	floorLine, next := p.afterFloor()
+	if floorLine == nil || next.str("phase") != string(drain.PhaseQuiet) {
+		t.Errorf("the drain's phases ended %v; want the minimum duration, then the quiet phase", p.phases())
 		return
 	}
-	floor, _ := time.ParseDuration(phases[i].str("elapsed"))
-	quiet, _ := time.ParseDuration(phases[i+1].str("elapsed"))
+	floor, _ := time.ParseDuration(floorLine.str("elapsed"))
+	quiet, _ := time.ParseDuration(next.str("elapsed"))
 	if d := quiet - floor; d >= drain.DefaultInterval {
 		t.Errorf("the quiet phase ended %s after the floor (%s into the drain; %s), want at the same poll: something held it past the floor",
-			d, floor, phases[i+1].str("reason"))
+			d, floor, next.str("reason"))
 	}
 }
 
