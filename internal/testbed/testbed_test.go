@@ -97,12 +97,28 @@ func exerciseLoad(t *testing.T, e *Envoy) {
 		t.Errorf("long: %v; want ok=3", r)
 	}
 	check("tcp", tcp.Wait(), 2, 1)
-	check("keepalive", keepAlive.Wait(), 4, 4)
+	ka := keepAlive.Wait()
+	check("keepalive", ka, 4, 0)
+	checkKeptAlive(t, ka, 4)
 	check("http2", h2.Wait(), 4, 1)
 
 	pool.Close()
 	if c := pool.Counts(); c.Open != poolSize {
 		t.Errorf("idle pool: %v, want all %d open", c, poolSize)
+	}
+}
+
+// checkKeptAlive checks that KeepAlive's clients kept their connections: each opened one, and at least half of
+// the requests after each client's first went on a connection already open. Not exactly one each: Go's Transport
+// does not reuse a connection whose request it has not yet seen written 50 ms after the response was read
+// (net/http's maxWriteWaitBeforeConnReuse), and closes it instead, without an error; on a machine busy enough to
+// hold the writing goroutine that long, a client opens another (CI saw 5 connections for 4 clients and 211
+// requests, all answered, none with Connection: close).
+func checkKeptAlive(t *testing.T, r Result, clients int64) {
+	t.Helper()
+	if reused := r.Sent - r.Conns; r.Conns < clients || 2*reused < r.Sent-clients {
+		t.Errorf("keepalive: %d connections for %d clients and %d requests, want one each and at least half of "+
+			"the requests after each client's first on a connection already open", r.Conns, clients, r.Sent)
 	}
 }
 
