@@ -149,10 +149,8 @@ func TestE2E(t *testing.T) {
 	}
 	c := StartCluster(ctx, t, root)
 	manager := filepath.Join(c.Dir, "shutdown-manager")
-	build := exec.CommandContext(ctx, "go", "build", "-o", manager, "./cmd/shutdown-manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building shutdown-manager: %v: %s", err, out)
+	if err := buildCLI(ctx, root, manager); err != nil {
+		t.Fatal(err)
 	}
 	up, err := upstreamManifests(root)
 	if err != nil {

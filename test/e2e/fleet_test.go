@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -120,10 +119,8 @@ func TestFleet(t *testing.T) {
 	began := time.Now()
 	c := StartCluster(ctx, t, root)
 	manager := filepath.Join(c.Dir, "shutdown-manager")
-	build := exec.CommandContext(ctx, "go", "build", "-o", manager, "./cmd/shutdown-manager")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building shutdown-manager: %v: %s", err, out)
+	if err := buildCLI(ctx, root, manager); err != nil {
+		t.Fatal(err)
 	}
 	// The first node gets the manager's image imported as the others do. Every namespace that runs it holds the
 	// registry's pull Secret, which its pods' ServiceAccount names: the fleet-* rows' pods pull the image from the

@@ -142,13 +142,28 @@ func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 // buildStatic builds the main package pkg (relative to root) as a static Linux binary and returns it.
 func buildStatic(ctx context.Context, root, dir, pkg string) ([]byte, error) {
 	out := filepath.Join(dir, filepath.Base(pkg))
+	if err := goBuildStatic(ctx, root, out, pkg); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(out)
+}
+
+// buildCLI builds the full CLI (image.ClusterPackage) at out, static as the release's binary and the cluster
+// image's (image.Compile: CGO_ENABLED=0, -trimpath): the binary a user downloads, and, its packages compiled with
+// the cluster image's flags, a link of what Go's build cache holds rather than another compile of the module.
+func buildCLI(ctx context.Context, root, out string) error {
+	return goBuildStatic(ctx, root, out, image.ClusterPackage)
+}
+
+// goBuildStatic builds the main package pkg (relative to root) as a static Linux binary at out.
+func goBuildStatic(ctx context.Context, root, out, pkg string) error {
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("building %s: %w: %s", pkg, err, b)
+		return fmt.Errorf("building %s: %w: %s", pkg, err, b)
 	}
-	return os.ReadFile(out)
+	return nil
 }
 
 // envoyFiles returns Envoy's binary at /usr/local/bin/envoy and every library `ldd` lists (the dynamic loader

@@ -87,11 +87,12 @@ func requireShapesRig(t *testing.T) {
 }
 
 // staticManager builds the binary as the pod image has it: the pod binary (cmd/shutdown-manager-pod), named
-// shutdown-manager, CGO_ENABLED=0 (it runs in a root with no libraries), with its own build flags.
+// shutdown-manager, CGO_ENABLED=0 (it runs in a root with no libraries), -trimpath, with its own build flags
+// (image.Compile's, so that Go's build cache serves the packages the image builds compiled).
 func staticManager(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "shutdown-manager")
-	build := exec.Command("go", append(append([]string{"build"}, image.PodBuildFlags...), "-o", out, "../../cmd/shutdown-manager-pod")...)
+	build := exec.Command("go", append(append([]string{"build", "-trimpath"}, image.PodBuildFlags...), "-o", out, "../../cmd/shutdown-manager-pod")...)
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("building the static shutdown-manager: %v: %s", err, b)
