@@ -19,10 +19,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
@@ -161,40 +163,33 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 		tb.Fatalf("starting containerd: %v", err)
 	}
 	imagesStart := time.Now()
-	archive := filepath.Join(dir, "images.tar")
 	envoyBin, err := envoyBinary(root)
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
 	c.envoy = envoyBin
-	if err := writeImages(ctx, root, dir, envoyBin.Path, archive); err != nil {
-		tb.Fatalf("writing the images: %v", err)
+	// The node's own images (written, then imported into containerd) and the manager's (compiled, then pushed to
+	// the registry) share nothing, and each is mostly one goroutine compressing layers: made side by side.
+	var (
+		wg        sync.WaitGroup
+		importErr error
+		imported  time.Duration
+	)
+	wg.Go(func() {
+		importErr = c.importImages(ctx, root, dir, envoyBin.Path)
+		imported = time.Since(imagesStart)
+	})
+	pushed, pushErr := c.pushManagerImages(ctx, root, dir)
+	pushedIn := time.Since(imagesStart)
+	wg.Wait()
+	if importErr != nil {
+		tb.Fatal(importErr)
 	}
-	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
-		tb.Fatalf("importing the images: %v: %s", err, out)
+	if pushErr != nil {
+		tb.Fatal(pushErr)
 	}
-	// The pod image as the release's index of both architectures; the cluster image (the webhook's) for this
-	// machine's only: what the pods pull is the part under test, and each architecture is a build.
-	idx, err := managerIndex(ctx, root, image.MainPackage, managerArches)
-	if err != nil {
-		tb.Fatalf("building the release's image index: %v", err)
-	}
-	pushed, err := image.Push(ctx, ManagerImage, idx, c.Registry, remote.WithTransport(c.Registry.Transport()))
-	if err != nil {
-		tb.Fatalf("pushing the image index to the registry: %v", err)
-	}
-	c.ManagerDigest = pushed.DigestStr()
-	clusterIdx, err := managerIndex(ctx, root, image.ClusterPackage, []string{runtime.GOARCH})
-	if err != nil {
-		tb.Fatalf("building the cluster image: %v", err)
-	}
-	if _, err := image.Push(ctx, ClusterImage, clusterIdx, c.Registry, remote.WithTransport(c.Registry.Transport())); err != nil {
-		tb.Fatalf("pushing the cluster image to the registry: %v", err)
-	}
-	if err := writeManagerArchive(map[string]v1.ImageIndex{ManagerImage: idx, ClusterImage: clusterIdx}, filepath.Join(dir, "manager.tar")); err != nil {
-		tb.Fatalf("writing the manager's archive for the fleet's nodes: %v", err)
-	}
-	tb.Logf("images written and imported, the release's index pushed as %s, in %s", pushed, time.Since(imagesStart).Round(time.Millisecond))
+	tb.Logf("images written and imported in %s; the release's index pushed as %s, the cluster image too, in %s",
+		imported.Round(time.Millisecond), pushed, pushedIn.Round(time.Millisecond))
 	tb.Cleanup(func() { c.stopNode(tb) })
 	if err := c.startNode(); err != nil {
 		tb.Fatalf("starting kubelet and kube-proxy: %v", err)
@@ -855,4 +850,44 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// importImages writes the node's own images (the test upstream, the sandbox's pause, Envoy) as one docker archive
+// in dir and imports it into the node's containerd.
+func (c *Cluster) importImages(ctx context.Context, root, dir, envoyBin string) error {
+	archive := filepath.Join(dir, "images.tar")
+	if err := writeImages(ctx, root, dir, envoyBin, archive); err != nil {
+		return fmt.Errorf("writing the images: %w", err)
+	}
+	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
+		return fmt.Errorf("importing the images: %w: %s", err, out)
+	}
+	return nil
+}
+
+// pushManagerImages builds the manager's images and pushes them to the registry: the pod image as the release's
+// index of both architectures, the cluster image (the webhook's) for this machine's only (what the pods pull is
+// the part under test, and each architecture is a build). It sets c.ManagerDigest, writes both as a docker
+// archive in dir for the fleet's nodes, and returns the pod image's reference as pushed.
+func (c *Cluster) pushManagerImages(ctx context.Context, root, dir string) (name.Digest, error) {
+	idx, err := managerIndex(ctx, root, image.MainPackage, managerArches)
+	if err != nil {
+		return name.Digest{}, fmt.Errorf("building the release's image index: %w", err)
+	}
+	pushed, err := image.Push(ctx, ManagerImage, idx, c.Registry, remote.WithTransport(c.Registry.Transport()))
+	if err != nil {
+		return name.Digest{}, fmt.Errorf("pushing the image index to the registry: %w", err)
+	}
+	c.ManagerDigest = pushed.DigestStr()
+	clusterIdx, err := managerIndex(ctx, root, image.ClusterPackage, []string{runtime.GOARCH})
+	if err != nil {
+		return name.Digest{}, fmt.Errorf("building the cluster image: %w", err)
+	}
+	if _, err := image.Push(ctx, ClusterImage, clusterIdx, c.Registry, remote.WithTransport(c.Registry.Transport())); err != nil {
+		return name.Digest{}, fmt.Errorf("pushing the cluster image to the registry: %w", err)
+	}
+	if err := writeManagerArchive(map[string]v1.ImageIndex{ManagerImage: idx, ClusterImage: clusterIdx}, filepath.Join(dir, "manager.tar")); err != nil {
+		return name.Digest{}, fmt.Errorf("writing the manager's archive for the fleet's nodes: %w", err)
+	}
+	return pushed, nil
 }
