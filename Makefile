@@ -130,7 +130,7 @@ REAL_PKGS      = $(shell $(GO) list $(ENVOY_PKGS) $(CONTAINERD_PKGS) $(RELEASE_P
 # gofmt, go vet (the e2e's build tag too), and actionlint over .github/workflows (tools/actionlint pins it).
 # -race: vet reads the compiled export data of the packages it checks and their dependencies, and in race mode that
 # is what `unit`, the real tiers and the e2e's test binary compile too (no file here is selected by the race tag):
-# on an empty build cache, after a race build of the module, vet took 28 CPU-s so and 128 without (measured).
+# on an empty build cache, after a race build of the module, vet took 28 CPU-s with -race and 128 without (measured).
 vet:
 	@test -z "$$(gofmt -l cmd internal demo test bench)" || { echo "gofmt needed:"; gofmt -l cmd internal demo test bench; exit 1; }
 	$(GO) vet -race ./...
