@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
@@ -278,7 +279,7 @@ func releasedAtFloor(t *testing.T, p *proc) {
 			t.Errorf("the drain counted %v in flight at %s: it must count nothing here", open, l.str("elapsed"))
 		}
 	}
-	if floor, next := p.afterFloor(); floor == nil || next.str("phase")+" "+next.str("cause") != "waiting drained" {
+	if floor, next := p.afterFloor(); floor == nil || !phaseEnded(next, drain.PhaseWaiting, drain.CauseDrained) {
 		t.Errorf("the drain's phases ended %v; want the minimum duration, then the wait drained", p.phases())
 	}
 }
@@ -287,11 +288,16 @@ func releasedAtFloor(t *testing.T, p *proc) {
 // phase that ended right after it, where the floor released the drain to; both nil if the log has no such pair.
 func (p *proc) afterFloor() (floor, next logLine) {
 	phases := p.linesOf("drain phase ended")
-	i := slices.IndexFunc(phases, func(l logLine) bool { return l.str("phase") == "min_duration" && l.str("cause") == "elapsed" })
+	i := slices.IndexFunc(phases, func(l logLine) bool { return phaseEnded(l, drain.PhaseMinDuration, drain.CauseElapsed) })
 	if i < 0 || i+1 >= len(phases) {
 		return nil, nil
 	}
 	return phases[i], phases[i+1]
+}
+
+// phaseEnded reports whether l, a "drain phase ended" line, ends phase ph by cause c.
+func phaseEnded(l logLine, ph drain.Phase, c drain.Cause) bool {
+	return l.str("phase") == string(ph) && l.str("cause") == string(c)
 }
 
 // phases lists the drain's phases as they ended, "phase cause" each, for a failure's message.
