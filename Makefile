@@ -54,15 +54,16 @@ envoy:
 
 # kube-apiserver, etcd and kubectl for the API-server tiers (Kubernetes itself checks our manifests), built from the
 # Go module proxy at the versions tools/go.mod pins (the newest line), and the oldest supported line's kube-apiserver
-# (tools/kube-oldest/go.mod), into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/kube/<version>/bin. Nothing to do
+# (tools/kube-oldest/go.mod), into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/kube/<versions>[-<key>]/bin. Nothing to do
 # once built; cold, several minutes each (the README has figures). KUBE_BIN_DIR overrides in tests.
 kube:
 	./scripts/kube-binaries.sh >/dev/null
 	KUBE_LINE=oldest ./scripts/kube-binaries.sh >/dev/null
 
-# Helm, for the chart's tests (test/chart), built from the Go module proxy at the version tools/helm/go.mod pins,
-# into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/helm/<version>/bin. Nothing to do once built; cold, minutes
-# (the README has figures). HELM_BIN overrides in tests. `go tool -modfile=tools/helm/go.mod helm` runs the same.
+# Helm, for the chart's tests (test/chart), built from the Go module proxy at the version tools/go.mod pins (with
+# Kubernetes: they share most of their packages), into ${XDG_CACHE_HOME:-~/.cache}/shutdown-manager/helm/<version>-<key>/bin.
+# Nothing to do once built; cold, minutes (docs/development.md has figures). HELM_BIN overrides in tests.
+# `go tool -modfile=tools/go.mod helm` runs the same version.
 helm:
 	./scripts/helm-binary.sh >/dev/null
 

@@ -5,7 +5,7 @@ package main
 // container's exec preStop hook, and an httpGet preStop hook on the Envoy container to the sidecar. The
 // order of a pod's termination is kubelet's (package kubelet): each container gets SIGTERM when its own
 // hook returns. bench/run.sh gives it Contour's real binary by default (-contour-bin: the one the e2e runs,
-// built by scripts/kube-binaries.sh --contour from tools/contour/go.mod); Envoy Gateway's only when the user
+// built by scripts/kube-binaries.sh --contour from tools/kube-oldest/go.mod); Envoy Gateway's only when the user
 // gives one (-envoy-gateway-bin).
 
 import (

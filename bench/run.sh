@@ -13,7 +13,7 @@
 #                                         # -envoy-gateway-bin PATH
 #   CONTOUR_BIN=model bench/run.sh        # Contour's re-created model instead of its real binary
 # Contour's real `contour` runs by default: the one the e2e runs, built from the Go module proxy at the version
-# tools/contour/go.mod pins by scripts/kube-binaries.sh --contour (cached by version; minutes cold, nothing warm).
+# tools/kube-oldest/go.mod pins by scripts/kube-binaries.sh --contour (cached by version; minutes cold, nothing warm).
 # If it cannot be built, the model runs, labelled "re-created" in the report. Envoy Gateway runs as its model
 # unless ENVOY_GATEWAY_BIN names a binary.
 set -euo pipefail

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Builds Helm from the Go module proxy at the version tools/helm/go.mod pins, into a cache directory keyed by that
-# version, and prints that directory's bin/ on stdout. Does nothing but print it when helm is already there.
-# scripts/tool-binary.sh does it, as for the e2e's registry (the scheme of kube-binaries.sh: versioned directory,
-# temporary build directory renamed into place, a lock against concurrent builds). Helm is a module of its own (see
-# tools/helm/go.mod for why it cannot share tools/go.mod with Kubernetes).
+# Builds Helm from the Go module proxy at the version tools/go.mod pins, into a cache directory keyed by that version
+# and the tools module's build list, and prints that directory's bin/ on stdout. Does nothing but print it when helm
+# is already there. scripts/tool-binary.sh does it, as for the e2e's registry (the scheme of kube-binaries.sh:
+# versioned directory, temporary build directory renamed into place, a lock against concurrent builds). Helm is a
+# tool of the Kubernetes binaries' module, tools/go.mod, whose comment says why.
 #
 #   HELM_CACHE_DIR where the cache lives (default: ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/helm).
 #

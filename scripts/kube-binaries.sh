@@ -12,15 +12,18 @@
 #                  oldest line's bin/ holds its kube-apiserver and links to the newest line's etcd and kubectl.
 #
 # With --print-dir it only prints the bin/ directory, built or not: the test harness (internal/kubetest) asks it
-# where the binaries are, so that the cache key is computed in this one place.
+# where the binaries are, so that the cache key is computed in this one place. The newest line's key is its
+# versions and tools_key (below): Helm and the registry are in the same module, and raise some of the versions
+# Kubernetes builds with; --tools-key prints it (scripts/tool-binary.sh keys Helm's and the registry's caches so).
 #
 # With --containerd it builds containerd, containerd-shim-runc-v2 and ctr instead (the e2e cluster's runtime:
 # Debian's containerd 1.6 cannot run image volumes) from their own tools module, tools/containerd/go.mod, into
 # <cache>/containerd-<version>/bin; --print-containerd-dir prints that directory.
 #
 # With --contour it builds Contour's `contour` (its shutdown manager and `contour bootstrap`: the e2e's Contour
-# scenarios and the bench's real Contour) from tools/contour/go.mod into <cache>/contour-<version>/bin;
-# --print-contour-dir prints that directory.
+# scenarios and the bench's real Contour) from the oldest line's module, tools/kube-oldest/go.mod (it shares most
+# of its packages with that kube-apiserver: the module's comment), with the same flags and under the same lock, into
+# <cache>/contour-<version>-<key>/bin; --print-contour-dir prints that directory.
 #
 # Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
 # interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
@@ -33,17 +36,25 @@ main() {
   local root tools binaries k8s_version etcd_version cache dir bin todo b ldflags start out
   root=$(cd "$(dirname "$0")/.." && pwd)
   cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
-  local containerd_version contour_version
+  local containerd_version contour_version gcflags=-dwarf=false lockdir
   case ${1:-} in
+  --tools-key)
+    tools_key "$root/tools"
+    return
+    ;;
   --contour | --print-contour-dir)
-    tools=$root/tools/contour
+    tools=$root/tools/kube-oldest
     contour_version=$(required_version "$tools/go.mod" github.com/projectcontour/contour)
     if [ -z "$contour_version" ]; then
       echo "kube-binaries: no github.com/projectcontour/contour version in $tools/go.mod" >&2
       return 1
     fi
     binaries=contour
-    dir=$cache/contour-$contour_version
+    dir=$cache/contour-$contour_version-$(tools_key "$tools")
+    # The oldest line's flags and lock: the packages this build shares with its kube-apiserver are compiled once,
+    # by whichever of the two builds first (two go commands compiling one package at the same time each compile it).
+    gcflags=$oldest_gcflags
+    lockdir=$(oldest_dir "$root" "$cache")
     # Contour's own Makefile stamps these (internal/build); `contour version` prints them.
     ldflags="-s -w -X github.com/projectcontour/contour/internal/build.Version=$contour_version"
     ;;
@@ -79,7 +90,7 @@ main() {
       echo "kube-binaries: no k8s.io/kubernetes or go.etcd.io/etcd/server/v3 version in $tools/go.mod" >&2
       return 1
     fi
-    dir=$cache/$k8s_version-etcd-$etcd_version
+    dir=$cache/$k8s_version-etcd-$etcd_version-$(tools_key "$tools")
     ldflags=$(version_ldflags "$k8s_version")
     ;;
   esac
@@ -93,8 +104,8 @@ main() {
     echo "$bin"
     return 0
   fi
-  mkdir -p "$bin"
-  exec 9>"$dir/.lock"
+  mkdir -p "$bin" "${lockdir:=$dir}"
+  exec 9>"$lockdir/.lock"
   if command -v flock >/dev/null; then
     flock 9
   fi
@@ -119,7 +130,7 @@ main() {
   # builds are most of make test's critical path (docs/development.md).
   (
     cd "$tools"
-    GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags=all=-dwarf=false -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
+    GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags=all="$gcflags" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
   )
   for b in $todo; do
     out=$b
@@ -139,7 +150,7 @@ oldest() {
   root=$(cd "$(dirname "$0")/.." && pwd)
   version=$(required_version "$root/tools/kube-oldest/go.mod" k8s.io/kubernetes)
   [ -n "$version" ] || { echo "kube-binaries: no k8s.io/kubernetes version in tools/kube-oldest/go.mod" >&2; return 1; }
-  dir=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}/$version
+  dir=$(oldest_dir "$root" "${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}")
   bin=$dir/bin
   if [ "${1:-}" = --print-dir ]; then
     echo "$bin"
@@ -162,15 +173,26 @@ oldest() {
     trap 'exit 130' INT TERM
     echo "kube-binaries: building kube-apiserver (kubernetes $version, the oldest line) into $bin" >&2
     start=$SECONDS
-    # Without the compiler's optimizations (-N -l): this API server serves only the oldest line's API-server tiers,
-    # where nothing is timed or benchmarked (make bench and make e2e run the newest line's), and its cold build is
-    # on the critical path of a cold make test; compiling k8s.io/apiserver/pkg/server took 26% less CPU so
-    # (380 s -> 281 s user+sys, measured here). -dwarf=false: as for the other binaries, above.
-    (cd "$root/tools/kube-oldest" && GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags=all='-N -l -dwarf=false' -ldflags "$ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver)
+    (cd "$root/tools/kube-oldest" && GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags=all="$oldest_gcflags" -ldflags "$ldflags" -o "$tmp/" k8s.io/kubernetes/cmd/kube-apiserver)
     mv "$tmp/kube-apiserver" "$bin/kube-apiserver"
     echo "kube-binaries: built in $((SECONDS - start)) s" >&2
   fi
   echo "$bin"
+}
+
+# oldest_gcflags: the oldest line's module is built without the compiler's optimizations (-N -l). Its kube-apiserver
+# serves only the oldest line's API-server tiers, where nothing is timed or benchmarked (make bench and make e2e run
+# the newest line's), and `contour` only runs Contour's shutdown manager and writes bootstraps; their cold builds
+# are on the critical path of a cold make test: compiling k8s.io/apiserver/pkg/server took 26% less CPU so (380 s ->
+# 281 s user+sys, measured here). -dwarf=false: as for the other binaries.
+oldest_gcflags='-N -l -dwarf=false'
+
+# oldest_dir ROOT CACHE prints the oldest line's cache directory: its Kubernetes version and tools_key.
+oldest_dir() {
+  local version
+  version=$(required_version "$1/tools/kube-oldest/go.mod" k8s.io/kubernetes)
+  [ -n "$version" ] || { echo "kube-binaries: no k8s.io/kubernetes version in tools/kube-oldest/go.mod" >&2; return 1; }
+  echo "$2/$version-$(tools_key "$1/tools/kube-oldest")"
 }
 
 # version_ldflags VERSION prints the linker flags that stamp a Kubernetes version into the binaries: without them
@@ -190,6 +212,13 @@ version_ldflags() {
 # required_version GOMOD MODULE prints the version GOMOD requires MODULE at.
 required_version() {
   awk -v mod="$2" '$1 == "require" { $1 = ""; $0 = $0 } $1 == mod && $2 ~ /^v/ { print $2; exit }' "$1"
+}
+
+# tools_key DIR prints a short hash of DIR/go.mod's lines (comments aside) and DIR/go.sum: the build list of every
+# binary built from that module. A change of any version there (a tool added, a dependency raised) is a new cache
+# directory, never binaries built from another list under the old key.
+tools_key() {
+  { grep -v '^[[:space:]]*//' "$1/go.mod"; cat "$1/go.sum"; } | sha256sum | cut -c1-12
 }
 
 # package_of BINARY prints the import path BINARY is built from.

@@ -14,10 +14,14 @@ gomod=$(GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@$version" | se
 [ -n "$gomod" ] || { echo "kube-pin: k8s.io/kubernetes@$version is not on the module proxy" >&2; exit 1; }
 staging=v0.${version#v1.}
 mkdir -p "$dir"
-tools=$(awk '/^tool \(/{on=1;next} on&&/^\)/{exit} on{print $1}' "$dir/go.mod" 2>/dev/null || true)
+tools=$(awk '/^tool [^(]/{print $2} /^tool \(/{on=1;next} on&&/^\)/{on=0} on{print $1}' "$dir/go.mod" 2>/dev/null || true)
 [ -n "$tools" ] || tools="k8s.io/kubernetes/cmd/kube-apiserver
 k8s.io/kubernetes/cmd/kubectl"
 header=$(awk '/^module /{exit} {print}' "$dir/go.mod" 2>/dev/null || true)
+# The other tools' pins are kept: the first require block's other lines (Helm's, in tools/) and each one-line
+# require with the comment above it (distribution's registry, which tools/registry/main.go imports).
+pins=$(awk '/^require \(/{on=1;next} on&&/^\)/{exit} on && $1 != "go.etcd.io/etcd/server/v3" && $1 != "k8s.io/kubernetes"' "$dir/go.mod" 2>/dev/null || true)
+singles=$(awk '/^require [^(]/ && $2 != "go.etcd.io/etcd/server/v3" && $2 != "k8s.io/kubernetes" { if (prev ~ /^\/\//) print prev; print; print "" } {prev = $0}' "$dir/go.mod" 2>/dev/null || true)
 module=$(awk '/^module /{print $2; exit}' "$dir/go.mod" 2>/dev/null || true)
 [ -n "$module" ] || module=github.com/envoy-shutdown-manager/shutdown-manager/$dir
 {
@@ -33,11 +37,16 @@ module=$(awk '/^module /{print $2; exit}' "$dir/go.mod" 2>/dev/null || true)
   printf '\t%s\n' $tools
   echo ")"
   echo
-  echo "// The pins, written by scripts/kube-pin.sh: the versions the binaries are built at and the key of their cache."
+  echo "// The pins, written by scripts/kube-pin.sh: the versions the binaries are built at and the key of their cache;"
+  echo "// kube-pin.sh keeps the other tools' pins here and below."
   echo "require ("
-  [ -n "$etcd" ] && printf '\tgo.etcd.io/etcd/server/v3 %s\n' "$etcd"
-  printf '\tk8s.io/kubernetes %s\n' "$version"
+  {
+    if [ -n "$etcd" ]; then printf '\tgo.etcd.io/etcd/server/v3 %s\n' "$etcd"; fi
+    printf '\tk8s.io/kubernetes %s\n' "$version"
+    if [ -n "$pins" ]; then printf '%s\n' "$pins"; fi
+  } | sort
   echo ")"
+  if [ -n "$singles" ]; then printf '\n%s\n' "$singles"; fi
   echo
   echo "// k8s.io/kubernetes replaces its staging modules with ./staging/src/...; outside its repository they are the"
   echo "// published k8s.io/X $staging (one line for each \"=> ./staging\" line of kubernetes' go.mod at $version)."

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds a tool that is a Go module of its own under tools/ from the Go module proxy, at the version its go.mod
-# requires, into a cache directory keyed by that version, and prints that directory's bin/ on stdout; does nothing
-# but print it when the binary is already there. The scheme of kube-binaries.sh: a versioned directory, a temporary
-# build directory renamed into place, a lock against concurrent builds (a second run waits for the first).
+# Builds a tool of the tools module (tools/go.mod, the Kubernetes binaries' module) from the Go module proxy, at the
+# version tools/go.mod requires, into a cache directory keyed by that version and the module's build list (tools_key
+# in kube-binaries.sh), and prints that directory's bin/ on stdout; does nothing but print it when the binary is
+# already there. The scheme of kube-binaries.sh: a versioned directory, a temporary build directory renamed into
+# place, a lock against concurrent builds (a second run waits for the first). One module with Kubernetes, built with
+# the same flags, so that the packages they share (k8s.io/*, grpc, otel, ...) are compiled once: see tools/go.mod.
 #
 # Usage: tool-binary.sh TOOL [--print-dir], TOOL one of:
-#   helm      Helm (tools/helm), for the chart's tests and the e2e: scripts/helm-binary.sh
+#   helm      Helm, for the chart's tests and the e2e: scripts/helm-binary.sh
 #   registry  distribution's registry (tools/registry/main.go: its registry command with filesystem storage and
 #             htpasswd), the e2e's OCI registry: scripts/registry-binary.sh
 # Environment: HELM_CACHE_DIR, REGISTRY_CACHE_DIR: where each cache lives (default:
@@ -19,13 +21,13 @@ main() {
   root=$(cd "$(dirname "$0")/.." && pwd)
   case $tool in
   helm)
-    mod=$root/tools/helm module=helm.sh/helm/v4 pkg=helm.sh/helm/v4/cmd/helm
+    module=helm.sh/helm/v4 pkg=helm.sh/helm/v4/cmd/helm
     cache=${HELM_CACHE_DIR:-}
     # Without the version stamp `helm version` says v4.3 and charts' kubeVersion checks see a guess.
     ldflags='-X helm.sh/helm/v4/internal/version.version=$version -X helm.sh/helm/v4/internal/version.gitTreeState=clean'
     ;;
   registry)
-    mod=$root/tools/registry module=github.com/distribution/distribution/v3 pkg=.
+    module=github.com/distribution/distribution/v3 pkg=./registry
     cache=${REGISTRY_CACHE_DIR:-}
     # distribution's Makefile stamps the version (version.Version) that `registry --version` prints.
     ldflags='-X github.com/distribution/distribution/v3/version.version=$version'
@@ -36,8 +38,9 @@ main() {
     ;;
   esac
 
-  # The one place the version comes from: the tool's go.mod's require line.
-  version=$(awk -v m="$module" '$1 == m && $2 ~ /^v/ { print $2; exit }' "$mod/go.mod")
+  mod=$root/tools
+  # The one place the version comes from: tools/go.mod's require line.
+  version=$(awk -v m="$module" '$1 == "require" { $1 = ""; $0 = $0 } $1 == m && $2 ~ /^v/ { print $2; exit }' "$mod/go.mod")
   if [ -z "$version" ]; then
     echo "$tool-binary: no $module version in $mod/go.mod" >&2
     return 1
@@ -45,7 +48,7 @@ main() {
   ldflags="-s -w ${ldflags//'$version'/$version}"
 
   cache=${cache:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/$tool}
-  dir=$cache/$version
+  dir=$cache/$version-$("$root/scripts/kube-binaries.sh" --tools-key)
   bin=$dir/bin
   if [ "${1:-}" = --print-dir ] || [ -x "$bin/$tool" ]; then
     echo "$bin"
@@ -59,6 +62,18 @@ main() {
   if [ -x "$bin/$tool" ]; then # another run may have built it while we waited for the lock
     echo "$bin"
     return 0
+  fi
+  # And the lock of the tools module's Kubernetes build (kube-binaries.sh takes it): two go commands compiling the
+  # same package at the same time each compile it, so this build waits for one of Kubernetes' and then finds the
+  # packages they share in Go's build cache (or Kubernetes' build waits for this one).
+  kube=$(dirname "$("$root/scripts/kube-binaries.sh" --print-dir)")
+  mkdir -p "$kube"
+  exec 8>"$kube/.lock"
+  if command -v flock >/dev/null; then
+    if ! flock -n 8; then
+      echo "$tool-binary: waiting for the Kubernetes build of the same module (its packages are shared)" >&2
+      flock 8
+    fi
   fi
 
   tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned

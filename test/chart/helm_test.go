@@ -1,4 +1,4 @@
-// Package chart checks the Helm chart charts/shutdown-manager with the real Helm (pinned in tools/helm/go.mod) and a
+// Package chart checks the Helm chart charts/shutdown-manager with the real Helm (pinned in tools/go.mod) and a
 // real kube-apiserver: lint, golden `helm template` outputs, a server-side dry run of every golden value set, and
 // real installs and upgrades.
 package chart

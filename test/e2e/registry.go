@@ -46,7 +46,7 @@ const (
 	ChartRepository = "oci://" + RegistryHost + "/platform/charts"
 )
 
-// registryBinaries are built by scripts/registry-binary.sh from tools/registry.
+// registryBinaries are built by scripts/registry-binary.sh from tools/registry (a package of the tools module, tools/go.mod).
 var registryBinaries = []string{"registry"}
 
 // Registry is a running registry. StartRegistry registers its stop with the test.

@@ -1,6 +1,6 @@
 // actionlint, which `make vet` (so `make test`) runs over .github/workflows (`go tool -modfile=tools/actionlint/go.mod
 // actionlint`), pinned by the require line of github.com/rhysd/actionlint below: the one version. A module of its own,
-// as tools/helm is, so that the project's go.mod never gains a linter's dependencies.
+// as the Kubernetes binaries and Helm have tools/go.mod, so that the project's go.mod never gains a linter's dependencies.
 module github.com/envoy-shutdown-manager/shutdown-manager/tools/actionlint
 
 go 1.26.0
