@@ -14,7 +14,8 @@
 # With --print-dir it only prints the bin/ directory, built or not: the test harness (internal/kubetest) asks it
 # where the binaries are, so that the cache key is computed in this one place. The newest line's key is its
 # versions and tools_key (below): Helm and the registry are in the same module, and raise some of the versions
-# Kubernetes builds with; --tools-key prints it (scripts/tool-binary.sh keys Helm's and the registry's caches so).
+# Kubernetes builds with; --tools-key prints it (scripts/tool-binary.sh keys Helm's and the registry's caches so),
+# and --pin MODULE the version tools/go.mod requires a module at.
 #
 # With --containerd it builds containerd, containerd-shim-runc-v2 and ctr instead (the e2e cluster's runtime:
 # Debian's containerd 1.6 cannot run image volumes) from their own tools module, tools/containerd/go.mod, into
@@ -40,6 +41,10 @@ main() {
   case ${1:-} in
   --tools-key)
     tools_key "$root/tools"
+    return
+    ;;
+  --pin) # --pin MODULE: the version tools/go.mod requires MODULE at (scripts/tool-binary.sh: Helm's, the registry's)
+    required_version "$root/tools/go.mod" "$2"
     return
     ;;
   --contour | --print-contour-dir)

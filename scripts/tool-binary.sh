@@ -39,8 +39,8 @@ main() {
   esac
 
   mod=$root/tools
-  # The one place the version comes from: tools/go.mod's require line.
-  version=$(awk -v m="$module" '$1 == "require" { $1 = ""; $0 = $0 } $1 == m && $2 ~ /^v/ { print $2; exit }' "$mod/go.mod")
+  # The one place the version comes from: tools/go.mod's require line, read by kube-binaries.sh as it reads its own.
+  version=$("$root/scripts/kube-binaries.sh" --pin "$module")
   if [ -z "$version" ]; then
     echo "$tool-binary: no $module version in $mod/go.mod" >&2
     return 1
