@@ -10,7 +10,9 @@
 #   helm      Helm, for the chart's tests and the e2e: scripts/helm-binary.sh
 #   registry  distribution's registry (tools/registry/main.go: its registry command with filesystem storage and
 #             htpasswd), the e2e's OCI registry: scripts/registry-binary.sh
-# Environment: HELM_CACHE_DIR, REGISTRY_CACHE_DIR: where each cache lives (default:
+#   coredns   CoreDNS (tools/coredns/main.go: the plugins a cluster's DNS uses), the e2e's cluster DNS:
+#             scripts/coredns-binary.sh
+# Environment: HELM_CACHE_DIR, REGISTRY_CACHE_DIR, COREDNS_CACHE_DIR: where each cache lives (default:
 # ${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/TOOL). With --print-dir it only prints the bin/ directory, built
 # or not, so that the cache key is computed in this one place.
 set -euo pipefail
@@ -32,8 +34,13 @@ main() {
     # distribution's Makefile stamps the version (version.Version) that `registry --version` prints.
     ldflags='-X github.com/distribution/distribution/v3/version.version=$version'
     ;;
+  coredns)
+    module=github.com/coredns/coredns pkg=./coredns
+    cache=${COREDNS_CACHE_DIR:-}
+    ldflags='' # CoreDNS's version is a constant of its coremain package
+    ;;
   *)
-    echo "tool-binary: no tool $tool (helm, registry)" >&2
+    echo "tool-binary: no tool $tool (helm, registry, coredns)" >&2
     return 2
     ;;
   esac
