@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # make e2e: a real single-node Kubernetes cluster on this machine, injected Envoy pods ended under load (test/e2e).
-# Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2, haproxy), builds
+# Installs what is missing (Debian packages: runc, the CNI plugins, iptables, nftables, conntrack, iproute2, haproxy, curl), builds
 # the Kubernetes binaries, containerd 2 and Contour's `contour` into the versioned cache (scripts/kube-binaries.sh; minutes cold, nothing
-# warm), Helm (scripts/helm-binary.sh), distribution's registry (scripts/registry-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
+# warm), Helm (scripts/helm-binary.sh), distribution's registry (scripts/registry-binary.sh), CoreDNS
+# (scripts/coredns-binary.sh), the pinned Envoy releases (scripts/install-envoy.sh), then runs the test binary, which
 # starts and tears down the cluster itself and installs the chart. Needs root. E2E_INJECT=cli injects with
 # `shutdown-manager inject` instead of the chart's webhook. Writes test/e2e/results/REPORT.md (E2E_REPORT overrides; E2E_RUN selects scenarios,
 # as -test.run does). E2E_FLEET=1 (make e2e-fleet) runs the multi-node scenarios instead and writes
@@ -23,6 +24,7 @@ command -v nft >/dev/null || need+=(nftables)
 command -v conntrack >/dev/null || need+=(conntrack)
 command -v ip >/dev/null || need+=(iproute2)
 command -v haproxy >/dev/null || need+=(haproxy) # the external load balancer of the lb-* scenarios
+command -v curl >/dev/null || need+=(curl) # docs/migrate-contour.md's first command (contour-page)
 if [ ${#need[@]} -gt 0 ]; then
   echo "e2e: installing ${need[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
@@ -37,6 +39,7 @@ KUBE_BINARIES="etcd kube-apiserver kubectl kubelet kube-proxy kube-controller-ma
 ./scripts/kube-binaries.sh --contour >/dev/null # Contour's real shutdown manager, for the Contour scenarios
 ./scripts/helm-binary.sh >/dev/null # the chart (the webhook) is pushed and installed with it
 ./scripts/registry-binary.sh >/dev/null # the OCI registry our image and chart are pulled from
+./scripts/coredns-binary.sh >/dev/null # the cluster's DNS
 echo "e2e: binaries ready after $((SECONDS - start)) s" >&2
 
 mkdir -p bin

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -424,7 +425,11 @@ func renderContourE2E(text string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n`make e2e`, run written %s: Contour's Envoy pod under load on the real kubelet ([e2e.md](e2e.md)).\n\n", rep.written)
+	fmt.Fprintf(&b, "\n`make e2e`, run written %s: Contour's Envoy pod under load on the real kubelet ([e2e.md](e2e.md))", rep.written)
+	if slices.ContainsFunc(rep.rows, func(r e2eRow) bool { return r.name == "contour-page" }) {
+		b.WriteString("; `contour-page`, this page's commands run as written against the whole of Contour, without load\n([e2e.md](e2e.md#the-contour-page))")
+	}
+	b.WriteString(".\n\n")
 	b.WriteString("| scenario | manager | action | failed / sent | drain (the manager's log) | FailedPreStopHook | old pods gone after | result |\n")
 	b.WriteString("|---|---|---|---:|---|---|---|---|\n")
 	n := 0

@@ -45,8 +45,9 @@ const (
 	NodeName    = "smgr-e2e-node"
 )
 
-// The node binaries besides the Kubernetes ones (Debian packages; .ci/run installs them).
-var hostTools = []string{"runc", "iptables", "ip6tables", "nft", "conntrack", "ip", "ldd", "haproxy"}
+// The host binaries the cluster and its scenarios run besides ours (Debian packages; .ci/run installs them): the
+// node's, HAProxy for the load-balancer rows, curl for the Contour page's first command.
+var hostTools = []string{"runc", "iptables", "ip6tables", "nft", "conntrack", "ip", "ldd", "haproxy", "curl"}
 
 // cniBinDir is where Debian's containernetworking-plugins puts the plugins.
 const cniBinDir = "/usr/lib/cni"
@@ -77,6 +78,7 @@ type Cluster struct {
 	kubelet       *testproc.Proc
 	kubeProxy     *testproc.Proc
 	managers      []*testproc.Proc // controller-manager, scheduler
+	dns           *testproc.Proc   // CoreDNS (dns.go)
 }
 
 // unavailable fails the test when CI=true (a machine that cannot run the cluster must not pass CI) and skips it
@@ -101,7 +103,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	}
 	for _, t := range hostTools {
 		if _, err := exec.LookPath(t); err != nil {
-			unavailable(tb, "no %s on PATH (install runc iptables nftables conntrack iproute2 haproxy: .ci/run does)", t)
+			unavailable(tb, "no %s on PATH (install runc iptables nftables conntrack iproute2 haproxy curl: .ci/run does)", t)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(cniBinDir, "bridge")); err != nil {
@@ -120,6 +122,10 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 		unavailable(tb, "%v", err)
 	}
 	ctrdBin, err := binDir("--print-containerd-dir", containerdBinaries, "scripts/kube-binaries.sh")
+	if err != nil {
+		unavailable(tb, "%v", err)
+	}
+	dnsBin, err := binDir("--print-dir", corednsBinaries, "scripts/coredns-binary.sh")
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}
@@ -157,6 +163,14 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 	})
 	if err := c.startManagers(); err != nil {
 		tb.Fatalf("starting the controller-manager and scheduler: %v", err)
+	}
+	tb.Cleanup(func() {
+		if c.dns != nil {
+			c.dns.Stop(5 * time.Second)
+		}
+	})
+	if err := c.startDNS(ctx, dnsBin); err != nil {
+		tb.Fatalf("starting the cluster's DNS: %v", err)
 	}
 	tb.Cleanup(func() { c.stopContainerd(tb) })
 	if err := c.startContainerd(ctx); err != nil {
@@ -506,6 +520,8 @@ evictionHard:
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+clusterDNS: [%[7]s]
+clusterDomain: %[8]s
 `
 
 // kubeProxyConfig: iptables mode on the pod subnet only; conntrack settings 0 so that kube-proxy changes no
@@ -543,7 +559,8 @@ func (c *Cluster) startNode() error {
 	if err != nil {
 		return err
 	}
-	cfg := fmt.Sprintf(kubeletConfig, NodeIP, port, hz, c.Socket, filepath.Join(c.Dir, "pod-logs"), filepath.Join(c.Dir, "volume-plugins"))
+	cfg := fmt.Sprintf(kubeletConfig, NodeIP, port, hz, c.Socket, filepath.Join(c.Dir, "pod-logs"), filepath.Join(c.Dir, "volume-plugins"),
+		NodeIP, ClusterDomain)
 	cfgPath := filepath.Join(c.Dir, "kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		return err

@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -94,11 +95,7 @@ func importContourImage(ctx context.Context, t *testing.T, c *Cluster, bin strin
 // cluster's directory, for `ctr images import`, and returns its path.
 func writeContourImage(t *testing.T, c *Cluster, bin string) string {
 	t.Helper()
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, err := newImage([]file{{"/bin/contour", data, 0o555}}, []string{"/bin/contour"}, []string{"PATH=/bin"})
+	img, err := contourImageOf(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +107,22 @@ func writeContourImage(t *testing.T, c *Cluster, bin string) string {
 	if err := tarball.WriteToFile(archive, tag, img); err != nil {
 		t.Fatalf("writing %s: %v", archive, err)
 	}
-	t.Logf("%s (%d MB) written to %s", ContourImage, len(data)>>20, archive)
+	fi, err := os.Stat(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s (%d MB) written to %s", ContourImage, fi.Size()>>20, archive)
 	return archive
+}
+
+// contourImageOf is an image of the `contour` at bin, as Contour's: /bin/contour, PATH=/bin (Contour's pods run
+// /bin/contour and `contour`).
+func contourImageOf(bin string) (v1.Image, error) {
+	data, err := os.ReadFile(bin)
+	if err != nil {
+		return nil, err
+	}
+	return newImage([]file{{"/bin/contour", data, 0o555}}, []string{"/bin/contour"}, []string{"PATH=/bin"})
 }
 
 // contourShape is how a scenario runs Contour's Envoy pod: the edits contourEdits makes beyond those the file's
@@ -673,5 +684,6 @@ func contourJobs(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	for _, s := range contourScenarios {
 		jobs = append(jobs, job{s: s, run: func(t *testing.T) row { return runContourScenario(ctx, t, c, root, manager, contour, s) }})
 	}
+	jobs = append(jobs, job{s: contourPageScenario, run: func(t *testing.T) row { return runContourPage(ctx, t, c, root, contour) }})
 	return jobs
 }

@@ -233,7 +233,8 @@ func (n *Node) startKubelet() error {
 		return err
 	}
 	// Ports: the node's own address and loopback are its own; the first node's ports are free there.
-	cfg := fmt.Sprintf(kubeletConfig, n.IP, 10250, 10248, n.socket, filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"))
+	cfg := fmt.Sprintf(kubeletConfig, n.IP, 10250, 10248, n.socket, filepath.Join(n.Dir, "pod-logs"), filepath.Join(n.Dir, "volume-plugins"),
+		NodeIP, ClusterDomain)
 	cfg += "cgroupRoot: /" + n.cgroup + "\n"
 	cfgPath := filepath.Join(n.Dir, "kubelet.yaml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {

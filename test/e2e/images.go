@@ -123,11 +123,7 @@ func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 		}
 	}
 
-	files, err := envoyFiles(ctx, envoyBin)
-	if err != nil {
-		return err
-	}
-	envoy, err := newImage(files, nil, []string{"PATH=/usr/local/bin:/usr/bin:/bin"})
+	envoy, err := envoyImageOf(ctx, envoyBin)
 	if err != nil {
 		return err
 	}
@@ -138,6 +134,16 @@ func writeImages(ctx context.Context, root, dir, envoyBin, path string) error {
 		return fmt.Errorf("writing %s: %w", path, err)
 	}
 	return nil
+}
+
+// envoyImageOf is an image of the Envoy at bin: its binary at /usr/local/bin/envoy and the libraries it links
+// (envoyFiles), on PATH.
+func envoyImageOf(ctx context.Context, bin string) (v1.Image, error) {
+	files, err := envoyFiles(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	return newImage(files, nil, []string{"PATH=/usr/local/bin:/usr/bin:/bin"})
 }
 
 // buildStatic builds the main package pkg (relative to root) as a static Linux binary and returns it.

@@ -10,6 +10,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -242,16 +243,59 @@ func (r *Registry) writeHostsTOML(certsDir string) error {
 	return os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(fmt.Sprintf(hostsTOML, RegistryHost, r.CAFile)), 0o644)
 }
 
+// mirrorTOML makes the registry the only host of another registry's names (server and host both: nothing is
+// asked of the other registry), with RegistryUser's credentials in a header of every request, as a node's mirror
+// configuration carries them for pods that name no pull Secret.
+const mirrorTOML = `server = "https://%[1]s"
+
+[host."https://%[1]s"]
+  capabilities = ["pull", "resolve"]
+  ca = %[2]q
+  [host."https://%[1]s".header]
+    authorization = %[3]q
+`
+
+// writeMirrorTOML writes certsDir/upstream/hosts.toml: the containerd whose CRI config_path is certsDir pulls
+// upstream's images (ghcr.io/…) from the registry, at the same repository path.
+func (r *Registry) writeMirrorTOML(certsDir, upstream string) error {
+	d := filepath.Join(certsDir, upstream)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return err
+	}
+	auth := "Basic " + base64.StdEncoding.EncodeToString([]byte(RegistryUser+":"+r.Password))
+	return os.WriteFile(filepath.Join(d, "hosts.toml"), []byte(fmt.Sprintf(mirrorTOML, RegistryHost, r.CAFile, auth)), 0o600)
+}
+
 // logSummary counts, in the registry's log, the requests containerd made (its User-Agent) that the registry
 // answered as RegistryUser's: manifests resolved (HEAD) and fetched (GET), blobs fetched. Evidence that the node
 // pulled from the registry, with credentials.
 func (r *Registry) logSummary() string {
-	b, err := os.ReadFile(r.proc.LogPath)
+	return r.pullSummary("/v2/")
+}
+
+// pullSummary is logSummary for the requests whose path begins with prefix (a repository's: /v2/NAME/).
+func (r *Registry) pullSummary(prefix string) string {
+	p, err := r.pulls(prefix)
 	if err != nil {
 		return err.Error()
 	}
-	var heads, manifests, blobs int
+	return fmt.Sprintf("containerd, authenticated as %s: %d manifest resolutions (HEAD), %d manifests and %d blobs fetched (GET)", RegistryUser, p.heads, p.manifests, p.blobs)
+}
+
+// pullCounts are the requests logSummary counts.
+type pullCounts struct{ heads, manifests, blobs int }
+
+// pulls counts them for the paths that begin with prefix.
+func (r *Registry) pulls(prefix string) (pullCounts, error) {
+	var p pullCounts
+	b, err := os.ReadFile(r.proc.LogPath)
+	if err != nil {
+		return p, err
+	}
 	for _, l := range strings.Split(string(b), "\n") {
+		if !strings.Contains(l, "http.request.uri="+prefix) && !strings.Contains(l, `http.request.uri="`+prefix) {
+			continue
+		}
 		// logrus quotes a value only when it must: containerd/v2.2.1 is not.
 		ua := strings.Contains(l, "http.request.useragent=containerd/") || strings.Contains(l, `http.request.useragent="containerd/`)
 		if !strings.Contains(l, "response completed") || !ua ||
@@ -260,12 +304,12 @@ func (r *Registry) logSummary() string {
 		}
 		switch {
 		case strings.Contains(l, "/manifests/") && strings.Contains(l, "http.request.method=HEAD"):
-			heads++
+			p.heads++
 		case strings.Contains(l, "/manifests/") && strings.Contains(l, "http.request.method=GET"):
-			manifests++
+			p.manifests++
 		case strings.Contains(l, "/blobs/") && strings.Contains(l, "http.request.method=GET"):
-			blobs++
+			p.blobs++
 		}
 	}
-	return fmt.Sprintf("containerd, authenticated as %s: %d manifest resolutions (HEAD), %d manifests and %d blobs fetched (GET)", RegistryUser, heads, manifests, blobs)
+	return p, nil
 }

@@ -145,11 +145,25 @@ func writeContourSection(b *strings.Builder, rows []row) {
 	b.WriteString("SIGTERM handler: Envoy's `GET /shutdown`, if still waiting on it, gets no answer (kubelet's error, in the table, is\n")
 	b.WriteString("from its log: the Event says only \"PreStopHook failed\"). \"Time to go\" is from the\n")
 	b.WriteString("delete (or the rollout's restart) until `kubectl wait --for=delete` returned, per old pod.\n\n")
+	if slices.ContainsFunc(rows, func(r row) bool { return r.scenario.action == "page" }) {
+		b.WriteString("`" + contourPageScenario.name + "` is different: " + contourPage + " as a user runs it (test/e2e/contour_page_test.go), the commands of its\n")
+		b.WriteString("sections " + strings.Join(contourPageSections, ", ") + " as the page writes them, run by bash against the whole of Contour\n")
+		b.WriteString("as its manifest installs it (its control plane, certgen Job and CRDs; Envoy bootstrapped by `contour bootstrap`,\n")
+		b.WriteString("configured over xDS from the `contour` Service through the cluster's DNS, CoreDNS). Substituted: the host `curl`\n")
+		b.WriteString("fetches from (a server of the test's with the module's file), ghcr.io (the registry, by containerd's hosts.toml), and\n")
+		b.WriteString("Contour's images (imported under their names; Envoy the pinned wheel of Contour's line). Not under load: one node runs\n")
+		b.WriteString("one pod of the DaemonSet, and a rollout leaves no Envoy between two pods; its requests are the checks that Contour's\n")
+		b.WriteString("Envoy serves an Ingress as shipped, taken over and given back. It fails unless every command exits 0, the taken-over\n")
+		b.WriteString("pod pulled our image by the page's name, and going back drained it (`drained`, DrainStarted and Drained).\n\n")
+	}
 	b.WriteString("| scenario | manager | action | sent | failed | failed by kind | p99 | drain (our log) | FailedPreStopHook | Events per pod | time to go | idle pool (fin/rst/other/open) | result |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---:|---|---|---|---|---|---|\n")
 	for _, r := range rows {
 		mgr := "Contour's, as shipped (control)"
-		if r.scenario.inject != nil {
+		switch {
+		case r.scenario.action == "page":
+			mgr = "the page's `inject --takeover`, then `uninject`"
+		case r.scenario.inject != nil:
 			mgr = "`inject " + strings.Join(r.scenario.inject, " ") + "` (hook mode)"
 		}
 		hooks := fmt.Sprintf("%d", r.failedHooks)
