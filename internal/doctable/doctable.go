@@ -1,5 +1,7 @@
-// Package doctable writes one column of a Markdown table in a document: the tests that generate
-// docs/compatibility.md from what the real parts did use it to write (with -update) or check their column.
+// Package doctable reads and writes the Markdown documents the tests check: it writes one column of a table (the
+// tests that generate docs/compatibility.md from what the real parts did use it to write, with -update, or check
+// their column), and reads a page's sections and code blocks (test/docs checks them; the e2e runs a page's
+// commands).
 package doctable
 
 import (

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
@@ -67,7 +68,7 @@ func TestPageCommands(t *testing.T) {
 		if page == "docs/migrate.md" { // TestSleepMigration runs that section
 			text = strings.Replace(text, section(t, text, "## From a hand-written `sleep` preStop"), "", 1)
 		}
-		for _, b := range blocks(text, "sh") {
+		for _, b := range doctable.Blocks(text, "sh") {
 			written := map[string]bool{}
 			for _, line := range commandLines(b) {
 				// a command whose output the shell reads (completion): the command is checked

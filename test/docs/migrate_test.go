@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/cli"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
@@ -100,15 +101,6 @@ func runCLI(t *testing.T, wd string, stdin []byte, args ...string) []byte {
 	return stdout.Bytes()
 }
 
-// blocks returns the contents of the page's ```lang blocks.
-func blocks(page, lang string) []string {
-	var out []string
-	for _, m := range regexp.MustCompile("(?s)```"+lang+"\n(.*?)```").FindAllStringSubmatch(page, -1) {
-		out = append(out, m[1])
-	}
-	return out
-}
-
 // shellWords splits a command line on spaces, keeping '…' together (without the quotes).
 func shellWords(line string) []string {
 	var words []string
@@ -134,7 +126,7 @@ func shellWords(line string) []string {
 func checkShell(t *testing.T, root, modDir, input, version, page string, rendered []byte) {
 	wd := t.TempDir()
 	lines := 0
-	for _, b := range blocks(page, "sh") {
+	for _, b := range doctable.Blocks(page, "sh") {
 		for _, line := range strings.Split(strings.TrimSpace(b), "\n") {
 			lines++
 			w := shellWords(line)
@@ -327,7 +319,7 @@ func checkHelm(t *testing.T, root, line string, w []string) {
 func checkYAML(t *testing.T, modDir, page string, rendered, takenOver []byte) {
 	t.Helper()
 	sources := [][]string{strings.Split(string(rendered), "\n"), strings.Split(string(takenOver), "\n")}
-	bs := blocks(page, "yaml")
+	bs := doctable.Blocks(page, "yaml")
 	if len(bs) == 0 {
 		t.Error("the page has no yaml block: this test checks nothing")
 	}

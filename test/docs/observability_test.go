@@ -10,6 +10,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/podenv"
@@ -35,7 +36,7 @@ func TestObservabilityPage(t *testing.T) {
 	for _, s := range sources {
 		lines = append(lines, strings.Split(s, "\n"))
 	}
-	yamlBlocks := blocks(page, "yaml")
+	yamlBlocks := doctable.Blocks(page, "yaml")
 	if len(yamlBlocks) != 2 {
 		t.Errorf("%d yaml blocks, want 2 (the values, the Loki rule)", len(yamlBlocks))
 	}
@@ -88,7 +89,7 @@ func TestObservabilityPage(t *testing.T) {
 	if !strings.Contains(seq, `level("drain finished", "outcome", string(res.Outcome)`) {
 		t.Error(`internal/drain/sequence.go no longer logs "drain finished" with outcome: update the page, the Loki rule and this test`)
 	}
-	text := blocks(page, "text")
+	text := doctable.Blocks(page, "text")
 	if len(text) != 1 {
 		t.Fatalf("%d text blocks, want 1 (the log line)", len(text))
 	}

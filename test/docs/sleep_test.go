@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 )
 
@@ -29,12 +30,12 @@ func TestSleepMigration(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(wd, "envoy.yaml"), example, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	texts := blocks(sec, "text")
+	texts := doctable.Blocks(sec, "text")
 	if len(texts) != 1 {
 		t.Fatalf("want one text block (inject's refusal), got %d", len(texts))
 	}
 	var lines []string
-	for _, b := range blocks(sec, "sh") {
+	for _, b := range doctable.Blocks(sec, "sh") {
 		lines = append(lines, strings.Split(strings.TrimSpace(b), "\n")...)
 	}
 	if len(lines) < 3 {
@@ -83,7 +84,7 @@ func TestSleepMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	sources := [][]string{strings.Split(string(example), "\n"), strings.Split(string(injected), "\n")}
-	for _, b := range blocks(sec, "yaml") {
+	for _, b := range doctable.Blocks(sec, "yaml") {
 		if !isExcerpt(b, sources) {
 			t.Errorf("yaml block is not lines of %s or of inject's output:\n%s", sleepExample, b)
 		}

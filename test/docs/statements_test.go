@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 )
 
 func readRepo(t *testing.T, path string) string {
@@ -26,22 +28,14 @@ func readRepo(t *testing.T, path string) string {
 	return string(data)
 }
 
-// section is the text of a Markdown page from the heading line that starts with heading to the next heading of
-// the same or a higher level.
+// section is doctable.Section, failing t when the page has no such heading.
 func section(t *testing.T, page, heading string) string {
 	t.Helper()
-	i := strings.Index(page, "\n"+heading+"\n")
-	if i < 0 {
-		t.Fatalf("no heading %q", heading)
+	s, err := doctable.Section(page, heading)
+	if err != nil {
+		t.Fatal(err)
 	}
-	level := strings.Index(heading, " ")
-	rest := page[i+len(heading)+2:]
-	for _, l := range regexp.MustCompile(`(?m)^#{1,6} `).FindAllStringIndex(rest, -1) {
-		if l[1]-l[0]-1 <= level {
-			return rest[:l[0]]
-		}
-	}
-	return rest
+	return s
 }
 
 // TestE2EEventsSentences: the e2e asserts the DrainStarted and Drained Events of the pods it deletes in hook and

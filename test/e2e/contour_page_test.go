@@ -46,6 +46,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/image"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
@@ -80,23 +81,19 @@ spec:
 // pageLine is one command of the page: its section and its text.
 type pageLine struct{ section, text string }
 
-// pageCommands returns the lines of the ```sh blocks of each of sections of the Markdown page, in order; it fails
-// t if a section is missing or has no command.
+// pageCommands returns the lines of the ```sh blocks of each of sections ("## …" headings) of the Markdown page,
+// in order; it fails t if a section is missing or has no command.
 func pageCommands(t *testing.T, page string, sections []string) []pageLine {
 	t.Helper()
 	var out []pageLine
 	for _, s := range sections {
-		i := strings.Index(page, "\n## "+s+"\n")
-		if i < 0 {
-			t.Fatalf("%s has no section %q", contourPage, s)
-		}
-		body := page[i+len(s)+5:]
-		if j := strings.Index(body, "\n## "); j >= 0 {
-			body = body[:j]
+		body, err := doctable.Section(page, "## "+s)
+		if err != nil {
+			t.Fatalf("%s: %v", contourPage, err)
 		}
 		n := 0
-		for _, m := range regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(body, -1) {
-			for _, l := range strings.Split(strings.TrimSpace(m[1]), "\n") {
+		for _, b := range doctable.Blocks(body, "sh") {
+			for _, l := range strings.Split(strings.TrimSpace(b), "\n") {
 				out = append(out, pageLine{s, l})
 				n++
 			}
@@ -322,7 +319,7 @@ func contourState(ctx context.Context, c *Cluster) string {
 		fmt.Fprintf(&b, "kubectl %s (%v):\n%s\n", strings.Join(args, " "), err, out)
 	}
 	ip, _ := c.kubectl(ctx, "-n", contourNamespace, "get", "pods", "-l", "app=envoy", "-o", "jsonpath={.items[0].status.podIP}")
-	resp, err := http.Get("http://" + strings.TrimSpace(ip) + ":8002/stats")
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + strings.TrimSpace(ip) + ":8002/stats")
 	if err != nil {
 		fmt.Fprintf(&b, "Envoy's stats: %v\n", err)
 		return b.String()

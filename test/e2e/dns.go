@@ -60,8 +60,9 @@ func (c *Cluster) startDNS(ctx context.Context, bin string) error {
 		return err
 	}
 	url := "http://127.0.0.1:" + strconv.Itoa(ready) + "/ready"
+	client := &http.Client{Timeout: 2 * time.Second} // each check; poll bounds them all
 	if err := poll(ctx, time.Minute, func() error {
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			return err
 		}
