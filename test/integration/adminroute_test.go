@@ -52,7 +52,9 @@ func TestAdminRoutedReadiness(t *testing.T) {
 				// little later on a busy machine: a probe in flight is work in flight like any other.)
 				quiet := p.quietPhase()
 				ended, _ := time.ParseDuration(quiet.str("elapsed"))
-				if f.Outcome != "drained" || ended < 5*time.Second || ended > 6*time.Second || !strings.Contains(quiet.str("reason"), "no new traffic seen") {
+				// (At most a second late, plus what kept the process from running: see releasedByDeadline.)
+				if late := ended - 5*time.Second; f.Outcome != "drained" || late < 0 || late > time.Second+p.stalledSince(p.begun) ||
+					!strings.Contains(quiet.str("reason"), "no new traffic seen") {
 					t.Errorf("drain %s after %s (%s), quiet phase ended at %s (%s); want it at the 5 s floor with no new traffic seen: the probes held it",
 						f.Outcome, f.Duration, f.Reason, quiet.str("elapsed"), quiet.str("reason"))
 				}

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -35,6 +36,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	go meterStalls()
 	smBin = filepath.Join(dir, "shutdown-manager")
 	cliBin = filepath.Join(dir, "cli", "shutdown-manager")
 	for _, b := range []struct {
@@ -128,6 +130,8 @@ type proc struct {
 	exited  chan struct{}
 	exitAt  time.Time
 	code    int
+	waited  atomic.Int64 // nanoseconds its threads were runnable but not running (sampleCPUWait)
+	begun   stallMark    // at its start
 }
 
 // start runs shutdown-manager with args; it is killed at the end of the test if still running.
@@ -161,6 +165,8 @@ func startIn(t *testing.T, env, wrapper []string, args ...string) *proc {
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.begun = p.mark()
+	go p.sampleCPUWait()
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -194,6 +200,87 @@ func startIn(t *testing.T, env, wrapper []string, args ...string) *proc {
 		}
 	})
 	return p
+}
+
+// sampleCPUWait reads, every 50 ms until p exits, how long p's threads have waited for a CPU (runnable, not
+// running): the second field of /proc/<pid>/task/*/schedstat, summed over the threads.
+func (p *proc) sampleCPUWait() {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	dir := fmt.Sprintf("/proc/%d/task", p.cmd.Process.Pid)
+	for {
+		select {
+		case <-p.exited:
+			return
+		case <-tick.C:
+		}
+		stats, _ := filepath.Glob(filepath.Join(dir, "*", "schedstat"))
+		var sum int64
+		for _, f := range stats {
+			b, err := os.ReadFile(f)
+			var run, wait int64
+			if err == nil {
+				if _, err := fmt.Sscan(string(b), &run, &wait); err == nil {
+					sum += wait
+				}
+			}
+		}
+		if sum > p.waited.Load() { // a thread that ended takes its share with it: keep the most seen
+			p.waited.Store(sum)
+		}
+	}
+}
+
+// stalled is how late a 10 ms timer of this test process has fired, summed since TestMain (only lateness past
+// 5 ms counts): what the machine (its CPUs, its memory, the host under the VM) took from every process on it.
+var stalled atomic.Int64
+
+// meterStalls adds to stalled until the test binary exits.
+func meterStalls() {
+	const tick, noise = 10 * time.Millisecond, 5 * time.Millisecond
+	last := time.Now()
+	for {
+		time.Sleep(tick)
+		now := time.Now()
+		if late := now.Sub(last) - tick; late > noise {
+			stalled.Add(int64(late))
+		}
+		last = now
+	}
+}
+
+// stallMark is a moment's reading of what delays a process's timers for no fault of its own: how long it has
+// waited for a CPU (runnable, not running: /proc/<pid>/task/*/schedstat, summed over its threads, at most 50 ms
+// old; zero where /proc has no schedstat) and how late this test process's own timer has been (stalled).
+type stallMark struct{ cpuWait, machine time.Duration }
+
+// mark is p's stallMark now.
+func (p *proc) mark() stallMark {
+	return stallMark{time.Duration(p.waited.Load()), time.Duration(stalled.Load())}
+}
+
+// stalledSince is how long p may have been kept from running since m: its wait for a CPU plus the machine's stalls.
+func (p *proc) stalledSince(m stallMark) time.Duration {
+	now := p.mark()
+	return now.cpuWait - m.cpuWait + now.machine - m.machine
+}
+
+// releasedByDeadline fails t unless f, a drain that began at mark m, ended at its deadline: not before it, and at
+// most slack after it plus what kept the process from running meanwhile (stalledSince). A drain that ignored its
+// deadline is held by the work in flight (far longer in these tests); a starved machine delays every timer of the
+// process, the deadline's too: a cold make test's drain (9 polls of 100 ms in 5.1 s: it barely ran) released 3.1 s
+// late. (The engine's own tests, internal/drain, check the deadline to the nanosecond on a fake clock; here it is
+// the real binary on a real Envoy.)
+func releasedByDeadline(t *testing.T, p *proc, f finished, deadline, slack time.Duration, m stallMark) {
+	t.Helper()
+	stall := p.stalledSince(m)
+	if f.Outcome != string(drain.OutcomeTimeout) || f.Duration < deadline || f.Duration > deadline+slack+stall {
+		t.Errorf("outcome %q after %s (%s); want timeout at the %s deadline, within %s of it plus the %s the "+
+			"process was kept from running", f.Outcome, f.Duration, f.Reason, deadline, slack, stall.Round(time.Millisecond))
+	} else if stall > 100*time.Millisecond {
+		t.Logf("released %s after the %s deadline; the process was kept from running for %s meanwhile",
+			f.Duration-deadline, deadline, stall.Round(time.Millisecond))
+	}
 }
 
 func (p *proc) log() string {
