@@ -251,18 +251,35 @@ func meterStalls() {
 
 // stallMark is a moment's reading of what delays a process's timers for no fault of its own: how long it has
 // waited for a CPU (runnable, not running: /proc/<pid>/task/*/schedstat, summed over its threads, at most 50 ms
-// old; zero where /proc has no schedstat) and how late this test process's own timer has been (stalled).
-type stallMark struct{ cpuWait, machine time.Duration }
+// old; zero where /proc has no schedstat), how late this test process's own timer has been (stalled), and how long
+// some task of the machine waited on its disk or its memory (/proc/pressure/{io,memory}'s "some" total; zero
+// without pressure stall information): a page of the binary read back from a busy disk stops it too.
+type stallMark struct{ cpuWait, machine, pressure time.Duration }
 
 // mark is p's stallMark now.
 func (p *proc) mark() stallMark {
-	return stallMark{time.Duration(p.waited.Load()), time.Duration(stalled.Load())}
+	return stallMark{time.Duration(p.waited.Load()), time.Duration(stalled.Load()), pressureStall("io") + pressureStall("memory")}
 }
 
-// stalledSince is how long p may have been kept from running since m: its wait for a CPU plus the machine's stalls.
+// pressureStall is /proc/pressure/<resource>'s "some" total: how long at least one task waited on it.
+func pressureStall(resource string) time.Duration {
+	b, err := os.ReadFile("/proc/pressure/" + resource)
+	if err != nil {
+		return 0
+	}
+	var avg10, avg60, avg300 float64
+	var total int64
+	if _, err := fmt.Sscanf(string(b), "some avg10=%f avg60=%f avg300=%f total=%d", &avg10, &avg60, &avg300, &total); err != nil {
+		return 0
+	}
+	return time.Duration(total) * time.Microsecond
+}
+
+// stalledSince is how long p may have been kept from running since m: its wait for a CPU plus the machine's
+// stalls and its tasks' waits on disk and memory.
 func (p *proc) stalledSince(m stallMark) time.Duration {
 	now := p.mark()
-	return now.cpuWait - m.cpuWait + now.machine - m.machine
+	return now.cpuWait - m.cpuWait + now.machine - m.machine + now.pressure - m.pressure
 }
 
 // releasedByDeadline fails t unless f, a drain that began at mark m, ended at its deadline: not before it, and at
