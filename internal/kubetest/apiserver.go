@@ -29,6 +29,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -90,6 +91,8 @@ type APIServer struct {
 	LogDir string
 
 	etcd, apiServer *testproc.Proc
+	clientOnce      sync.Once
+	client          *Client // see Client
 }
 
 // Start starts etcd and kube-apiserver on free ports of 127.0.0.1 (Config's zero value), waits until /readyz

@@ -179,8 +179,8 @@ func prove(t *testing.T, api *kubetest.APIServer, id string, cfg inject.Config, 
 	createNamespace(t, api, plain, false)
 	applyPolicy(t, api, cfg, withPolicy)
 
-	stored := create(t, api, withPolicy, pods)
-	admitted := create(t, api, plain, pods, "--dry-run=server")
+	stored := create(t, api, withPolicy, pods, false)
+	admitted := create(t, api, plain, pods, true)
 	var want []corev1.Pod
 	injected := make([]bool, len(admitted))
 	for j, p := range admitted {
@@ -192,7 +192,7 @@ func prove(t *testing.T, api *kubetest.APIServer, id string, cfg inject.Config, 
 		}
 		want = append(want, p)
 	}
-	want = create(t, api, plain, want)
+	want = create(t, api, plain, want, false)
 
 	proven := 0
 	for j := range stored {
@@ -214,7 +214,7 @@ func prove(t *testing.T, api *kubetest.APIServer, id string, cfg inject.Config, 
 		again[j] = clean(p)
 		again[j].Name += "-again"
 	}
-	for j, p := range create(t, api, withPolicy, again) {
+	for j, p := range create(t, api, withPolicy, again, false) {
 		want := normalize(stored[j])
 		want.Name += "-again"
 		assertSamePod(t, normalize(p), want)
@@ -353,68 +353,44 @@ func awaitPolicy(t *testing.T, api *kubetest.APIServer, ns, envoy string) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
-		got := create(t, api, ns, []corev1.Pod{probe}, "--dry-run=server")
+		got := create(t, api, ns, []corev1.Pod{probe}, true)
 		if inject.Injected(&got[0].ObjectMeta) {
 			return
+		}
+		select { // a request from this process takes milliseconds: a pause, not a busy loop on the API server
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	t.Fatalf("the policy of namespace %s did not act within a minute (kube-apiserver's log: %s)", ns, api.LogDir)
 }
 
-// create creates pods in ns with kubectl (extra args such as --dry-run=server) and returns what the API
+// create creates pods in ns, one after the other (dryRun: as --dry-run=server), as `kubectl create` does but from
+// the test's own process (kubetest.Client: this package sends over a thousand of them), and returns what the API
 // server stored (or would store), in order.
-func create(t *testing.T, api *kubetest.APIServer, ns string, pods []corev1.Pod, extra ...string) []corev1.Pod {
+func create(t *testing.T, api *kubetest.APIServer, ns string, pods []corev1.Pod, dryRun bool) []corev1.Pod {
 	t.Helper()
-	items := make([]any, len(pods))
+	out := make([]corev1.Pod, len(pods))
 	for i, p := range pods {
-		items[i] = p
-	}
-	out := kubectl(t, api, items, append([]string{"create", "-n", ns, "-o", "json"}, extra...)...)
-	// kubectl prints one object, a List, or (for a List in) the objects one after the other.
-	var list struct {
-		Items []corev1.Pod `json:"items"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for dec.More() {
-		var obj struct {
-			corev1.Pod
-			Items []corev1.Pod `json:"items"`
+		b, err := api.Client().Create(t.Context(), ns, p, dryRun)
+		if err != nil {
+			t.Fatalf("creating pod %s in %s: %v (kube-apiserver's log: %s)", p.Name, ns, err, api.LogDir)
 		}
-		if err := dec.Decode(&obj); err != nil {
-			t.Fatalf("decoding kubectl's output: %v\n%s", err, out)
+		if err := json.Unmarshal(b, &out[i]); err != nil {
+			t.Fatalf("decoding pod %s: %v\n%s", p.Name, err, b)
 		}
-		if obj.Kind == "Pod" {
-			list.Items = append(list.Items, obj.Pod)
-		}
-		list.Items = append(list.Items, obj.Items...)
 	}
-	if len(list.Items) != len(pods) {
-		t.Fatalf("kubectl returned %d pods, want %d:\n%s", len(list.Items), len(pods), out)
-	}
-	return list.Items
+	return out
 }
 
+// apply applies objects, as `kubectl apply --server-side --force-conflicts` does, from the test's own process.
 func apply(t *testing.T, api *kubetest.APIServer, objects []any) {
 	t.Helper()
-	kubectl(t, api, objects, "apply")
-}
-
-// kubectl runs kubectl with objects (a List) on its standard input.
-func kubectl(t *testing.T, api *kubetest.APIServer, objects []any, args ...string) []byte {
-	t.Helper()
-	in, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "List", "items": objects})
-	if err != nil {
-		t.Fatal(err)
+	for _, o := range objects {
+		if _, err := api.Client().Apply(context.Background(), "", o); err != nil {
+			t.Fatalf("applying: %v (kube-apiserver's log: %s)", err, api.LogDir)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	cmd := api.Command(ctx, append(args, "-f", "-")...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = bytes.NewReader(in), &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("kubectl %s: %v\n%s%s (kube-apiserver's log: %s)", strings.Join(args, " "), err, stdout.String(), stderr.String(), api.LogDir)
-	}
-	return stdout.Bytes()
 }
 
 // clean removes what the API server sets, so that a pod read back can be created again.
@@ -508,7 +484,7 @@ func TestSelection(t *testing.T) {
 		{"plain", pod("pod-label-opted-out", optIn, map[string]string{inject.AnnotationInject: inject.InjectFalse}), false},
 		{metav1.NamespaceSystem, pod("system", optIn, nil), false},
 	} {
-		got := create(t, api, tc.ns, []corev1.Pod{tc.pod})[0]
+		got := create(t, api, tc.ns, []corev1.Pod{tc.pod}, false)[0]
 		if inject.Injected(&got.ObjectMeta) != tc.want {
 			t.Errorf("pod %s/%s: injected %t, want %t", tc.ns, tc.pod.Name, !tc.want, tc.want)
 			continue

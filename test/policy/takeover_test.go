@@ -1,8 +1,6 @@
 package policy_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -61,21 +59,15 @@ func TestPeersRefused(t *testing.T) {
 		}
 	}
 	if len(classes) > 0 {
-		kubectl(t, api, classes, "apply", "--force-conflicts", "--server-side")
+		apply(t, api, classes)
 	}
 	// Some of Envoy Gateway's golden outputs are not valid pods (a privileged container with allowPrivilegeEscalation
 	// false): what the API server refuses as the peer wrote it is no pod anyone runs, and is left out.
 	valid := pods[:0:0]
 	var sources []string
 	for j, p := range pods {
-		in, err := json.Marshal(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := api.Command(t.Context(), "create", "-n", plain, "--dry-run=server", "-f", "-")
-		cmd.Stdin = bytes.NewReader(in)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Logf("%s: refused by the API server as the peer wrote it: %.200s", workloads[j].Source, strings.Join(strings.Fields(string(out)), " "))
+		if _, err := api.Client().Create(t.Context(), plain, p, true); err != nil {
+			t.Logf("%s: refused by the API server as the peer wrote it: %.200s", workloads[j].Source, err)
 			continue
 		}
 		valid = append(valid, p)
@@ -83,7 +75,7 @@ func TestPeersRefused(t *testing.T) {
 	}
 	pods = valid
 	t.Logf("%d of %d peer pods admitted as their peer wrote them", len(pods), len(workloads))
-	admitted := create(t, api, plain, pods, "--dry-run=server")
+	admitted := create(t, api, plain, pods, true)
 
 	for _, tt := range []struct {
 		ns   string
@@ -100,7 +92,7 @@ func TestPeersRefused(t *testing.T) {
 		t.Run(tt.ns, func(t *testing.T) {
 			createNamespace(t, api, tt.ns, true)
 			applyPolicyEdited(t, api, inject.Config{Image: "shutdown-manager:policy-test", Version: "test"}, tt.ns, tt.edit)
-			stored := create(t, api, tt.ns, withAccounts(t, api, tt.ns, pods, accounts), "--dry-run=server")
+			stored := create(t, api, tt.ns, withAccounts(t, api, tt.ns, pods, accounts), true)
 			for j := range stored {
 				if inject.Injected(&stored[j].ObjectMeta) {
 					t.Errorf("%s (%s): injected by the policy", pods[j].Name, sources[j])
