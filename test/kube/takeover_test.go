@@ -85,8 +85,8 @@ func TestTakeoverControllers(t *testing.T) {
 			// allowPrivilegeEscalation false): what the API server refuses as the peer wrote it is no pod anyone
 			// runs; its takeover is proven offline (internal/inject) and must be refused here for the same reason.
 			meta.SetNamespace("plain")
-			if out, err := kubectlErr(t, api, sent, "create", "-o", "json", "-f", "-", "--dry-run=server"); err != nil {
-				t.Logf("refused by the API server as the peer wrote it: %.300s", strings.Join(strings.Fields(out), " "))
+			if _, err := createHere(t, api, sent, true); err != nil {
+				t.Logf("refused by the API server as the peer wrote it: %.300s", err)
 				mangled := wl.New()
 				if err := yaml.UnmarshalStrict(w.YAML, mangled); err != nil {
 					t.Fatal(err)
@@ -97,7 +97,7 @@ func TestTakeoverControllers(t *testing.T) {
 				}
 				mangled.(metav1.Object).SetNamespace("plain")
 				mangled.(metav1.Object).SetName(name)
-				if _, err := kubectlErr(t, api, mangled, "create", "-o", "json", "-f", "-", "--dry-run=server"); err == nil {
+				if _, err := createHere(t, api, mangled, true); err == nil {
 					t.Errorf("taken over, the workload the API server refuses is admitted")
 				}
 				refused++
@@ -107,9 +107,9 @@ func TestTakeoverControllers(t *testing.T) {
 			// The workload, as its controller would create it: stored as sent (defaulted), with no webhook touching it.
 			stored, want := wl.New(), wl.New()
 			meta.SetNamespace("opted")
-			decode(t, create(t, api, sent).stdout, stored)
+			decode(t, mustCreateHere(t, api, sent, false), stored)
 			meta.SetNamespace("plain")
-			decode(t, create(t, api, sent, "--dry-run=server").stdout, want)
+			decode(t, mustCreateHere(t, api, sent, true), want)
 			if got, want := specOf(t, stored), specOf(t, want); got != want {
 				t.Errorf("the stored %s differs from what was sent (the webhook must mutate pods only):\n got %s\nwant %s", w.Kind, got, want)
 			}
@@ -118,14 +118,13 @@ func TestTakeoverControllers(t *testing.T) {
 			tplMeta, tplSpec := templateOf(t, sent)
 			pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: *tplMeta.DeepCopy(), Spec: *tplSpec.DeepCopy()}
 			pod.Name, pod.Namespace = name, "opted"
-			out := create(t, api, pod, "--dry-run=server")
-			got := decodePod(t, out.stdout)
+			got := decodePod(t, mustCreateHere(t, api, pod, true))
 			st, _, err := inject.ParseStatus(&got.ObjectMeta)
 			if err != nil || st.Takeover == nil || string(st.Takeover.Peer) != w.Peer {
-				t.Fatalf("the pod was not taken over (status %v, %v); kubectl: %s", got.Annotations[inject.AnnotationStatus], err, out.stderr)
+				t.Fatalf("the pod was not taken over (status %v, %v)", got.Annotations[inject.AnnotationStatus], err)
 			}
 			pod.Namespace = "plain"
-			admitted := decodePod(t, create(t, api, pod, "--dry-run=server").stdout)
+			admitted := decodePod(t, mustCreateHere(t, api, pod, true))
 			if err := inject.Inject(&admitted.ObjectMeta, &admitted.Spec, injectCfg); err != nil {
 				t.Fatal(err)
 			}
@@ -197,17 +196,23 @@ func withPodAnnotation(t *testing.T, doc []byte, key, value string) []byte {
 	return out
 }
 
-// kubectlErr runs kubectl with obj on its standard input and returns its combined output and error.
-func kubectlErr(t *testing.T, api *kubetest.APIServer, obj any, args ...string) (string, error) {
+// createHere creates obj in the namespace it names (dryRun: as --dry-run=server) as `kubectl create` does, from the
+// test's own process (kubetest.Client: this test sends about 250 objects, a kubectl run each cost 0.13 CPU-s), and
+// returns what the API server stored (or would store), or its refusal.
+func createHere(t *testing.T, api *kubetest.APIServer, obj any, dryRun bool) (string, error) {
 	t.Helper()
-	in, err := json.Marshal(obj)
+	b, err := api.Client().Create(t.Context(), "", obj, dryRun)
+	return string(b), err
+}
+
+// mustCreateHere is createHere that fails t on a refusal.
+func mustCreateHere(t *testing.T, api *kubetest.APIServer, obj any, dryRun bool) string {
+	t.Helper()
+	out, err := createHere(t, api, obj, dryRun)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%v (kube-apiserver's log: %s)", err, api.LogDir)
 	}
-	cmd := api.Command(t.Context(), args...)
-	cmd.Stdin = bytes.NewReader(in)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
+	return out
 }
 
 // priorityClasses creates the PriorityClasses the workloads' pods name (the Priority admission plugin refuses a
