@@ -98,15 +98,15 @@ func (s *APIServer) CreateNamespacesOf(tb testing.TB, files ...string) []string 
 
 // createNamespace creates the namespace name, if it does not exist, with what kube-controller-manager (which the
 // harness does not run) would add: the service account "default", without which the API server refuses any pod
-// that names no service account.
+// that names no service account. It applies them from the test's process (Client): a harness step, not a check.
 func (s *APIServer) createNamespace(ctx context.Context, name string) error {
-	objects := fmt.Sprintf(`{"apiVersion":"v1","kind":"List","items":[
-{"apiVersion":"v1","kind":"Namespace","metadata":{"name":%[1]q}},
-{"apiVersion":"v1","kind":"ServiceAccount","metadata":{"name":"default","namespace":%[1]q}}]}`, name)
-	cmd := s.Command(ctx, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(objects)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("creating namespace %s: %w: %s", name, err, out)
+	for _, obj := range []map[string]any{
+		{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": name}},
+		{"apiVersion": "v1", "kind": "ServiceAccount", "metadata": map[string]any{"name": "default", "namespace": name}},
+	} {
+		if _, err := s.Client().Apply(ctx, "", obj); err != nil {
+			return fmt.Errorf("creating namespace %s: %w", name, err)
+		}
 	}
 	return nil
 }
