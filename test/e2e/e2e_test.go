@@ -179,12 +179,7 @@ func TestE2E(t *testing.T) {
 		if s.action == "webhook-down" && injectVia != "webhook" {
 			continue
 		}
-		j := job{s: s}
-		if s.action == "lb-delete-pod" {
-			j.turn = &turn{open: make(chan struct{})}
-		}
-		j.run = func(t *testing.T) row { return runScenario(ctx, t, c, root, manager, s, j.turn) }
-		jobs = append(jobs, j)
+		jobs = append(jobs, job{s: s, run: func(t *testing.T) row { return runScenario(ctx, t, c, root, manager, s) }})
 	}
 	jobs = append(jobs, contourJobs(ctx, t, c, root, manager)...)
 	if injectVia == "webhook" {
@@ -208,8 +203,7 @@ var e2eParallel = 4
 
 // sharesCluster reports whether s may run beside other scenarios. Not so: webhook-down (it stops the webhook that
 // the others' pods need) and the load-balancer rows, whose figures are times (when HAProxy marks a pod down, how soon
-// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change. A load-balancer
-// row sets up its namespace and pods among the others, then waits for its turn to measure alone (turn).
+// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change.
 func (s scenario) sharesCluster() bool {
 	return s.action != "webhook-down" && s.action != "lb-delete-pod"
 }
@@ -221,29 +215,6 @@ type job struct {
 	// done: a job of several steps appends each finished step's row here, so that a step that stops the job
 	// leaves the rows before it in the report (then its own, "stopped before its figures").
 	done *[]row
-	// turn: a job that must measure alone (not sharesCluster) but may set up beside the others: it starts with
-	// them, and waits at turn.wait, its slot given back, until runJobs lets it go on alone.
-	turn *turn
-}
-
-// turn is where a job that set up beside the others waits to measure alone.
-type turn struct {
-	open    chan struct{} // closed by runJobs: its turn
-	release func()        // gives back its slot of the shared phase (once)
-}
-
-// wait gives back the job's slot and waits for its turn; false if ctx ended first. A nil turn is always there.
-func (tn *turn) wait(ctx context.Context) bool {
-	if tn == nil {
-		return true
-	}
-	tn.release()
-	select {
-	case <-tn.open:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }
 
 // launchOrder is the order runJobs starts jobs in: those of several steps (done set) first, then the others in
@@ -261,8 +232,7 @@ func launchOrder(jobs []job) []int {
 }
 
 // runJobs runs every job as a subtest of t named for its scenario, those that share the cluster e2eParallel at a
-// time (with them, the set-up of the jobs that have a turn), then the others one by one (those with a turn go on from
-// where they wait), and returns their rows in the order of jobs (a job that stopped early too).
+// time, then the others one by one, and returns their rows in the order of jobs (a job that stopped early too).
 func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 	if v := os.Getenv("E2E_PARALLEL"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -288,12 +258,11 @@ func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 	}
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, e2eParallel)
-	waiting := map[int]chan struct{}{} // the jobs with a turn that started: closed when each has ended
 	// The jobs of several steps (day2: about 5.5 min, the longest by far) start first, so that the pool does not
 	// start its longest job last and run it alone at the end; the report keeps the order of jobs.
 	for _, i := range launchOrder(jobs) {
 		j := jobs[i]
-		if !j.s.sharesCluster() && j.turn == nil {
+		if !j.s.sharesCluster() {
 			continue
 		}
 		select {
@@ -303,38 +272,16 @@ func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 		if ctx.Err() != nil {
 			break
 		}
-		if j.turn == nil {
-			wg.Go(func() { // t.Run may be called from several goroutines; each returns before TestE2E does
-				defer func() { <-slots }()
-				one(i)
-			})
-			continue
-		}
-		j.turn.release = sync.OnceFunc(func() { <-slots })
-		ended := make(chan struct{})
-		waiting[i] = ended
-		go func() {
-			defer close(ended)
-			defer j.turn.release() // a job that stopped before its turn
+		wg.Go(func() { // t.Run may be called from several goroutines; each returns before TestE2E does
+			defer func() { <-slots }()
 			one(i)
-		}()
+		})
 	}
 	wg.Wait()
 	for i, j := range jobs {
-		if j.s.sharesCluster() || ctx.Err() != nil {
-			continue
-		}
-		if ended, ok := waiting[i]; ok {
-			close(j.turn.open)
-			<-ended
-			continue
-		}
-		if j.turn == nil {
+		if !j.s.sharesCluster() && ctx.Err() == nil {
 			one(i)
 		}
-	}
-	for _, ended := range waiting { // interrupted: each returns once its wait sees ctx end
-		<-ended
 	}
 	var out []row
 	for _, r := range rows {
@@ -509,8 +456,7 @@ func managerContainer(s scenario) string {
 	return "envoy"
 }
 
-// runScenario runs s; a scenario with a turn (the load-balancer rows) sets up, then waits for it to measure alone.
-func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager string, s scenario, tn *turn) row {
+func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager string, s scenario) row {
 	r := row{scenario: s}
 	ns := "e2e-" + s.name
 	var text string
@@ -560,9 +506,6 @@ func runScenario(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 	}
 	ip := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", ns, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}"))
 	addr := ip + ":80"
-	if !tn.wait(ctx) {
-		t.Fatal("interrupted while waiting to measure alone")
-	}
 	if err := waitOK(ctx, addr); err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func writeReport(path string, c *Cluster, rows []row, took time.Duration) error 
 		{"injection", map[string]string{"webhook": "the Helm chart's webhook (charts/shutdown-manager), namespaces labelled, settings as pod annotations",
 			"cli": "`shutdown-manager inject` on the manifests (E2E_INJECT=cli)"}[injectVia]},
 		{"load", "6 HTTP/1.1 keep-alive clients (20 ms apart), 4 HTTP/2 streams, 15 clients of " + LongRequest.String() + " requests, 4 idle keep-alive connections"},
-		{"order", fmt.Sprintf("the scenarios that share the cluster, Contour's too, %d at a time (E2E_PARALLEL), each with its namespace and load, and among them the set-up of the load-balancer rows (namespace, pods, readiness); then webhook-down and the load-balancer rows' measurements alone, one by one", e2eParallel)},
+		{"order", fmt.Sprintf("the scenarios that share the cluster, Contour's too, %d at a time (E2E_PARALLEL), each with its namespace and load; then webhook-down and the load-balancer rows alone, one by one", e2eParallel)},
 	} {
 		fmt.Fprintf(&b, "- %s: %s\n", l.k, l.v)
 	}
