@@ -159,7 +159,8 @@ func (c *Client) resource(ctx context.Context, apiVersion, kind string) (resourc
 }
 
 // do sends one request as the admin and returns the answer's body; an answer other than 2xx is an error with the
-// API server's message (its Status).
+// API server's message (its Status). Like the kubectl helpers it does not end when ctx is canceled (tb.Context()
+// ends before the cleanups that may call it): kubectlTimeout bounds each request.
 func (c *Client) do(ctx context.Context, method, path string, q url.Values, contentType string, body []byte) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), kubectlTimeout)
 	defer cancel()

@@ -285,7 +285,7 @@ func (p *proc) stalledSince(m stallMark) time.Duration {
 // releasedByDeadline fails t unless f, a drain that began at mark m, ended at its deadline: not before it, and at
 // most slack after it plus what kept the process from running meanwhile (stalledSince). A drain that ignored its
 // deadline is held by the work in flight (far longer in these tests); a starved machine delays every timer of the
-// process, the deadline's too: a cold make test's drain (9 polls of 100 ms in 5.1 s: it barely ran) released 3.1 s
+// process, the deadline's too: in a busy CI run a drain (9 polls of 100 ms in 5.1 s: it barely ran) released 3.1 s
 // late. (The engine's own tests, internal/drain, check the deadline to the nanosecond on a fake clock; here it is
 // the real binary on a real Envoy.)
 func releasedByDeadline(t *testing.T, p *proc, f finished, deadline, slack time.Duration, m stallMark) {
