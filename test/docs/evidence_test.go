@@ -429,6 +429,9 @@ func renderContourE2E(text string) (string, error) {
 	if slices.ContainsFunc(rep.rows, func(r e2eRow) bool { return r.name == "contour-page" }) {
 		b.WriteString("; `contour-page`, this page's commands run as written against the whole of Contour, without load\n([e2e.md](e2e.md#the-contour-page))")
 	}
+	if slices.ContainsFunc(rep.rows, func(r e2eRow) bool { return r.name == "contour-page-webhook" }) {
+		b.WriteString("; `contour-page-webhook`, its webhook section's the same way")
+	}
 	b.WriteString(".\n\n")
 	b.WriteString("| scenario | manager | action | failed / sent | drain (the manager's log) | FailedPreStopHook | old pods gone after | result |\n")
 	b.WriteString("|---|---|---|---:|---|---|---|---|\n")

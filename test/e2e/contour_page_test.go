@@ -105,10 +105,38 @@ func pageCommands(t *testing.T, page string, sections []string) []pageLine {
 	return out
 }
 
-// pageShell runs the page's lines with bash in dir: PATH has bin first, KUBECONFIG is the cluster's and curl
-// trusts caFile.
+// pageShell runs the page's lines with bash in dir: PATH has bin first, KUBECONFIG is the cluster's, curl
+// trusts caFile, and Helm keeps its configuration and caches under dir's parent, away from the user's.
 type pageShell struct {
 	dir, bin, caFile, kubeconfig string
+}
+
+// newPageShell makes a pageShell in a new directory: the work directory holds the repository's deploy/ and charts/
+// (the pages' paths are the repository's), bin the cluster's kubectl and Helm.
+func newPageShell(t *testing.T, c *Cluster, root string) pageShell {
+	t.Helper()
+	dir := t.TempDir()
+	sh := pageShell{dir: filepath.Join(dir, "work"), bin: filepath.Join(dir, "bin"), kubeconfig: c.API.Kubeconfig}
+	for _, d := range []string{sh.dir, sh.bin} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, d := range []string{"deploy", "charts"} {
+		if err := os.Symlink(filepath.Join(root, d), filepath.Join(sh.dir, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	helmDir, err := binDir("--print-dir", []string{"helm"}, "scripts/helm-binary.sh")
+	if err != nil {
+		unavailable(t, "%v", err)
+	}
+	for _, b := range []string{filepath.Join(c.kubeBin, "kubectl"), filepath.Join(helmDir, "helm")} {
+		if err := os.Symlink(b, filepath.Join(sh.bin, filepath.Base(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return sh
 }
 
 func (p pageShell) run(ctx context.Context, t *testing.T, line string) string {
@@ -117,7 +145,9 @@ func (p pageShell) run(ctx context.Context, t *testing.T, line string) string {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", line)
 	cmd.Dir = p.dir
-	cmd.Env = append(os.Environ(), "PATH="+p.bin+":"+os.Getenv("PATH"), "KUBECONFIG="+p.kubeconfig, "CURL_CA_BUNDLE="+p.caFile)
+	helm := filepath.Join(filepath.Dir(p.dir), "helm")
+	cmd.Env = append(os.Environ(), "PATH="+p.bin+":"+os.Getenv("PATH"), "KUBECONFIG="+p.kubeconfig, "CURL_CA_BUNDLE="+p.caFile,
+		"HELM_CONFIG_HOME="+helm+"/config", "HELM_CACHE_HOME="+helm+"/cache", "HELM_DATA_HOME="+helm+"/data")
 	out, err := cmd.CombinedOutput()
 	t.Logf("$ %s\n%s", line, out)
 	if err != nil {
@@ -128,7 +158,8 @@ func (p pageShell) run(ctx context.Context, t *testing.T, line string) string {
 
 func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour string) row {
 	r := row{scenario: contourPageScenario}
-	dir := t.TempDir()
+	sh := newPageShell(t, c, root)
+	dir := filepath.Dir(sh.dir)
 	page, err := os.ReadFile(filepath.Join(root, contourPage))
 	if err != nil {
 		t.Fatal(err)
@@ -170,21 +201,8 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 		t.Fatalf("%s: %d lines fetch from %s, want the one curl", contourPage, substituted, rawHost)
 	}
 
-	// PATH: this run's release of shutdown-manager and the cluster's kubectl; the page's paths: the repository's.
-	sh := pageShell{dir: filepath.Join(dir, "work"), bin: filepath.Join(dir, "bin"), caFile: caFile, kubeconfig: c.API.Kubeconfig}
-	for _, d := range []string{sh.dir, sh.bin} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, d := range []string{"deploy", "charts"} {
-		if err := os.Symlink(filepath.Join(root, d), filepath.Join(sh.dir, d)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := os.Symlink(filepath.Join(c.kubeBin, "kubectl"), filepath.Join(sh.bin, "kubectl")); err != nil {
-		t.Fatal(err)
-	}
+	// PATH: this run's release of shutdown-manager too.
+	sh.caFile = caFile
 	if err := goBuildRelease(ctx, root, filepath.Join(sh.bin, "shutdown-manager"), image.ClusterPackage, ManagerVersion); err != nil {
 		t.Fatal(err)
 	}
@@ -196,35 +214,7 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 		t.Fatalf("%s: the first command is %q, want the curl that fetches Contour's manifest", contourPage, lines[0].text)
 	}
 	sh.run(ctx, t, lines[0].text)
-	sh.run(ctx, t, "kubectl apply -f contour.yaml")
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, _ = c.kubectl(cctx, "delete", "namespace", contourNamespace, "--wait=false")
-		_, _ = c.kubectl(cctx, "-n", UpstreamNamespace, "delete", "ingress", "contour-page", "--wait=false")
-	})
-	began := time.Now()
-	mustKubectl(ctx, t, c, "-n", contourNamespace, "wait", "--for=condition=complete", "job", "--all", "--timeout=180s")
-	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "deployment/contour", "--timeout=180s")
-	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
-	applyText(ctx, t, c, UpstreamNamespace, pageIngress)
-	addr := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", contourNamespace, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}")) + ":80"
-	probe := func(when string) {
-		t.Helper()
-		if err := waitOK(ctx, addr); err != nil {
-			t.Fatalf("%s: Contour's Envoy does not serve the Ingress through %s: %v\n%s", when, addr, err, contourState(ctx, c))
-		}
-		res := testbed.KeepAlive(ctx, addr, 1, 0, "/")
-		time.AfterFunc(time.Second, res.Drain)
-		sum := res.Wait()
-		r.sent += int64(sum.OK + sum.Failed)
-		r.failed += int64(sum.Failed)
-		if sum.Failed > 0 {
-			t.Errorf("%s: %s", when, sum)
-		}
-	}
-	probe("as shipped")
-	t.Logf("Contour %s up, its Envoy serving over xDS, %s after its install", peers.ContourVersion, time.Since(began).Round(time.Millisecond))
+	probe := contourUp(ctx, t, c, sh, &r)
 	shipped := envoyPods(ctx, t, c, contourNamespace)
 	checkContourPod(ctx, t, c, false)
 
@@ -250,14 +240,7 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 			}
 			mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 			checkContourPod(ctx, t, c, true)
-			// The image the pod names (its status names the image by any of containerd's names for the same
-			// digest: the other rows pull the same index from the registry's own name); that containerd pulled
-			// it by this name is the registry's log, below.
-			init := mustKubectl(ctx, t, c, "-n", contourNamespace, "get", "pods", "-l", "app=envoy", "-o",
-				`jsonpath={range .items[*].spec.initContainers[*]}{.image}{"\n"}{end}`)
-			if !slices.Contains(strings.Fields(init), pageImage) {
-				t.Errorf("the taken-over pod's init containers are %q, want one of %s", init, pageImage)
-			}
+			checkInitImage(ctx, t, c, pageImage)
 			probe("taken over")
 		}
 	}
@@ -303,6 +286,44 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 		r.pass = true
 	}
 	return r
+}
+
+// contourUp installs Contour from contour.yaml in sh's directory as its quickstart does (`kubectl apply -f`), waits
+// for its certificate Job, its controller and its Envoy, and routes pageIngress through it; the test's end deletes
+// Contour's namespace and the Ingress. It returns probe, which fails t unless Contour's Envoy serves the Ingress
+// (a second of requests, counted in r), and has probed once, as shipped.
+func contourUp(ctx context.Context, t *testing.T, c *Cluster, sh pageShell, r *row) (probe func(when string)) {
+	t.Helper()
+	sh.run(ctx, t, "kubectl apply -f contour.yaml")
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = c.kubectl(cctx, "delete", "namespace", contourNamespace, "--wait=false")
+		_, _ = c.kubectl(cctx, "-n", UpstreamNamespace, "delete", "ingress", "contour-page", "--wait=false")
+	})
+	began := time.Now()
+	mustKubectl(ctx, t, c, "-n", contourNamespace, "wait", "--for=condition=complete", "job", "--all", "--timeout=180s")
+	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "deployment/contour", "--timeout=180s")
+	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
+	applyText(ctx, t, c, UpstreamNamespace, pageIngress)
+	addr := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", contourNamespace, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}")) + ":80"
+	probe = func(when string) {
+		t.Helper()
+		if err := waitOK(ctx, addr); err != nil {
+			t.Fatalf("%s: Contour's Envoy does not serve the Ingress through %s: %v\n%s", when, addr, err, contourState(ctx, c))
+		}
+		res := testbed.KeepAlive(ctx, addr, 1, 0, "/")
+		time.AfterFunc(time.Second, res.Drain)
+		sum := res.Wait()
+		r.sent += int64(sum.OK + sum.Failed)
+		r.failed += int64(sum.Failed)
+		if sum.Failed > 0 {
+			t.Errorf("%s: %s", when, sum)
+		}
+	}
+	probe("as shipped")
+	t.Logf("Contour %s up, its Envoy serving over xDS, %s after its install", peers.ContourVersion, time.Since(began).Round(time.Millisecond))
+	return probe
 }
 
 // contourState is what tells why Contour's Envoy serves nothing: the ends of the controller's and Envoy's logs,
@@ -359,29 +380,48 @@ func checkContourPod(ctx context.Context, t *testing.T, c *Cluster, takenOver bo
 	}
 }
 
+// checkInitImage checks that the init containers of Contour's Envoy pod name img: the image the pod names (its
+// status names the image by any of containerd's names for the same digest: the other rows pull the same index from
+// the registry's own name); that containerd pulled it by this name is the registry's log.
+func checkInitImage(ctx context.Context, t *testing.T, c *Cluster, img string) {
+	t.Helper()
+	init := mustKubectl(ctx, t, c, "-n", contourNamespace, "get", "pods", "-l", "app=envoy", "-o",
+		`jsonpath={range .items[*].spec.initContainers[*]}{.image}{"\n"}{end}`)
+	if !slices.Contains(strings.Fields(init), img) {
+		t.Errorf("the taken-over pod's init containers are %q, want one of %s", init, img)
+	}
+}
+
 // pageManagerImage pushes this run's release index to the registry under the name the page's release defaults
 // to (ghcr.io/envoy-shutdown-manager/shutdown-manager:ManagerVersion, at the same path in the registry), and
 // makes the node's containerd take the registry for ghcr.io. It returns the page's image name.
 func pageManagerImage(ctx context.Context, t *testing.T, c *Cluster) string {
 	t.Helper()
-	ref := kubecli.ReleaseRepository + ":" + ManagerVersion
-	src, err := name.ParseReference(ManagerRepository + "@" + c.ManagerDigest)
+	return mirrorGHCR(ctx, t, c, ManagerRepository+"@"+c.ManagerDigest, kubecli.ReleaseRepository, ManagerVersion)
+}
+
+// mirrorGHCR pushes the index src (in the registry) to the registry again at the path of repo, a ghcr.io
+// repository, tagged tag, and makes the node's containerd take the registry for ghcr.io (registry.go's hosts.toml).
+// It returns repo:tag, the name a pod pulls it by.
+func mirrorGHCR(ctx context.Context, t *testing.T, c *Cluster, src, repo, tag string) string {
+	t.Helper()
+	ref, err := name.ParseReference(src)
 	if err != nil {
 		t.Fatal(err)
 	}
 	opts := []remote.Option{remote.WithContext(ctx), remote.WithAuthFromKeychain(c.Registry), remote.WithTransport(c.Registry.Transport())}
-	idx, err := remote.Index(src, opts...)
+	idx, err := remote.Index(ref, opts...)
 	if err != nil {
-		t.Fatalf("reading %s: %v", src, err)
+		t.Fatalf("reading %s: %v", ref, err)
 	}
-	mirrored := RegistryHost + strings.TrimPrefix(kubecli.ReleaseRepository, "ghcr.io") + ":" + ManagerVersion
+	mirrored := RegistryHost + strings.TrimPrefix(repo, "ghcr.io") + ":" + tag
 	if _, err := image.Push(ctx, mirrored, idx, c.Registry, remote.WithTransport(c.Registry.Transport())); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Registry.writeMirrorTOML(certsDir(c.Dir), "ghcr.io"); err != nil {
 		t.Fatalf("writing containerd's hosts.toml for ghcr.io: %v", err)
 	}
-	return ref
+	return repo + ":" + tag
 }
 
 // importContourPageImages imports Contour's images under the names its manifest gives them: `contour` (the binary
@@ -401,6 +441,9 @@ func importContourPageImages(ctx context.Context, t *testing.T, c *Cluster, cont
 	line := regexp.MustCompile(`v(\d+\.\d+)\.\d+$`).FindStringSubmatch(envoyRef)
 	if contourRef == "" || line == nil {
 		t.Fatalf("Contour's manifest names no contour image (%q) or no Envoy release (%q)", contourRef, envoyRef)
+	}
+	if out, err := c.ctr(ctx, "images", "ls", "-q"); err == nil && slices.Contains(strings.Fields(out), contourRef) && slices.Contains(strings.Fields(out), envoyRef) {
+		return envoyRef + " (imported before)" // by the other page's row
 	}
 	bins, err := testbed.FindBinaries()
 	if err != nil {

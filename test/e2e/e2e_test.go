@@ -202,10 +202,11 @@ func TestE2E(t *testing.T) {
 var e2eParallel = 4
 
 // sharesCluster reports whether s may run beside other scenarios. Not so: webhook-down (it stops the webhook that
-// the others' pods need) and the load-balancer rows, whose figures are times (when HAProxy marks a pod down, how soon
-// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change.
+// the others' pods need), the load-balancer rows, whose figures are times (when HAProxy marks a pod down, how soon
+// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change, and the
+// Contour page's webhook section (it replaces the e2e's release of the chart by the page's).
 func (s scenario) sharesCluster() bool {
-	return s.action != "webhook-down" && s.action != "lb-delete-pod"
+	return s.action != "webhook-down" && s.action != "lb-delete-pod" && s.action != "page-webhook"
 }
 
 // job is a scenario and what runs it.

@@ -156,6 +156,15 @@ func writeContourSection(b *strings.Builder, rows []row) {
 		b.WriteString("Envoy serves an Ingress as shipped, taken over and given back. It fails unless every command exits 0, the taken-over\n")
 		b.WriteString("pod pulled our image by the page's name, and going back drained it (`drained`, DrainStarted and Drained).\n\n")
 	}
+	if slices.ContainsFunc(rows, func(r row) bool { return r.scenario.action == "page-webhook" }) {
+		b.WriteString("`" + contourWebhookPageScenario.name + "`: the page's section " + contourWebhookSection + " (test/e2e/contour_webhook_page_test.go),\n")
+		b.WriteString("last and alone: the e2e's release of the chart uninstalled, the page's `helm install` of the repository's chart, the\n")
+		b.WriteString("namespace's label and the restart as written (this run's images pushed under the page's ghcr.io names and tag). It fails\n")
+		b.WriteString("unless the restarted pod is taken over by the webhook, the API server let no pod through without it, the annotation\n")
+		b.WriteString("alone takes the next pod over once the chart's takeover is off (`helm upgrade --reuse-values`), both taken-over\n")
+		b.WriteString("pods drain with our drain (`drained`, DrainStarted and Drained) and going back (the label removed, a restart) gives\n")
+		b.WriteString("Contour's pod back. Not under load, as the row above.\n\n")
+	}
 	b.WriteString("| scenario | manager | action | sent | failed | failed by kind | p99 | drain (our log) | FailedPreStopHook | Events per pod | time to go | idle pool (fin/rst/other/open) | result |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---:|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -163,6 +172,8 @@ func writeContourSection(b *strings.Builder, rows []row) {
 		switch {
 		case r.scenario.action == "page":
 			mgr = "the page's `inject --takeover`, then `uninject`"
+		case r.scenario.action == "page-webhook":
+			mgr = "the page's webhook (`helm install`, takeover), then its annotation"
 		case r.scenario.inject != nil:
 			mgr = "`inject " + strings.Join(r.scenario.inject, " ") + "` (hook mode)"
 		}
