@@ -106,6 +106,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 	checkContourPod(ctx, t, c, true)
 	checkPageImages(ctx, t, c, podImage, clusterImage)
+	checkTakeoverFlag(ctx, t, c, true)
 	probe("taken over by the webhook")
 	byLabel := envoyPods(ctx, t, c, contourNamespace)
 	drains := []*logFollower{followLogs(ctx, c, contourNamespace, byLabel[0], "envoy")}
@@ -113,6 +114,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 	// Pod by pod: the chart's takeover off, the page's annotation alone takes the next pod over.
 	helm("", "upgrade", ChartRelease, filepath.Join(root, "charts/shutdown-manager"), "--namespace", ChartNamespace,
 		"--reuse-values", "--set", "inject.takeover=false", "--wait", "--kubeconfig", c.API.Kubeconfig)
+	checkTakeoverFlag(ctx, t, c, false)
 	sh.run(ctx, t, lines[3].text)
 	waitGone(ctx, t, c, contourNamespace, byLabel[0])
 	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
@@ -187,5 +189,14 @@ func checkPageImages(ctx context.Context, t *testing.T, c *Cluster, podImage, cl
 		`jsonpath={.spec.template.spec.containers[*].image}`)
 	if !slices.Contains(strings.Fields(webhook), clusterImage) {
 		t.Errorf("the page's webhook runs %q, want %s", webhook, clusterImage)
+	}
+}
+
+// checkTakeoverFlag checks that the page's webhook runs with --takeover (the chart's inject.takeover) or without it.
+func checkTakeoverFlag(ctx context.Context, t *testing.T, c *Cluster, want bool) {
+	t.Helper()
+	args := mustKubectl(ctx, t, c, "-n", ChartNamespace, "get", "deployment", ChartRelease, "-o", `jsonpath={.spec.template.spec.containers[*].args}`)
+	if got := strings.Contains(args, `"--takeover"`); got != want {
+		t.Fatalf("the page's webhook runs with --takeover: %v, want %v (its arguments: %s)", got, want, args)
 	}
 }
