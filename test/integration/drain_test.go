@@ -101,7 +101,7 @@ func TestActiveKeepAliveClients(t *testing.T) {
 
 		shutdown := make(chan time.Time, 1)
 		go func() { a.get(ctx, "/shutdown"); shutdown <- time.Now() }()
-		a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "min_duration" })
+		a.waitStatus(t, 20*time.Second, failingHealthChecks)
 		before := load.Snapshot()
 		// Past the floor: held by the new requests (quiet) or by those in flight (waiting).
 		a.waitStatus(t, 20*time.Second, func(s status) bool { return s.State == "quiet" || s.State == "waiting" })
@@ -190,7 +190,7 @@ func TestHTTP2StreamsCompleteAndGoAway(t *testing.T) {
 		shutdown := make(chan int, 1)
 		var releasedAt time.Time
 		go func() { code, _, _ := a.get(ctx, "/shutdown"); releasedAt = time.Now(); shutdown <- code }()
-		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "min_duration" })
+		a.waitStatus(t, 10*time.Second, failingHealthChecks)
 		load.Drain() // the client sends no new stream; the 4 in flight go on
 		res := load.Wait()
 		finished := time.Now()

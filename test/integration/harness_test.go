@@ -474,6 +474,18 @@ type status struct {
 }
 
 // waitStatus polls /status until cond holds, for at most d.
+// failingHealthChecks reports whether the drain has failed Envoy's health checks and not released: its floor, its
+// quiet period or its wait. A test that waits for the floor (min_duration, 1 s with fast()) can miss it: a starved
+// make test once let the whole second pass between two polls of /status (the engine's read of Envoy's listeners
+// took 1.9 s of it) and the test waited for a phase that had gone.
+func failingHealthChecks(s status) bool {
+	switch drain.Phase(s.State) {
+	case drain.PhaseMinDuration, drain.PhaseQuiet, drain.PhaseWaiting:
+		return true
+	}
+	return false
+}
+
 func (a api) waitStatus(t *testing.T, d time.Duration, cond func(status) bool) status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)

@@ -118,7 +118,7 @@ func TestServeLifecycle(t *testing.T) {
 			p, a := serve(t, e, fast()...)
 			shutdown := make(chan string, 1)
 			go func() { code, body, _ := a.get(ctx, "/shutdown"); shutdown <- http.StatusText(code) + " " + body }()
-			a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "min_duration" })
+			a.waitStatus(t, 10*time.Second, failingHealthChecks)
 			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
