@@ -252,15 +252,8 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 	checkContourPod(ctx, t, c, false)
 	probe("given back")
-	select {
-	case <-drains.done:
-	case <-time.After(10 * time.Second):
-	}
-	r.drain = drains.drainResults()
-	reasons := podEventReasons(ctx, t, c, contourNamespace, takenOver[0])
-	r.events = []string{takenOver[0] + ": " + strings.Join(reasons, ", ")}
-	failed := hookFailures(ctx, t, c, contourNamespace, takenOver[0])
-	r.failedHooks = len(failed)
+	went := r.addDrain(ctx, t, c, takenOver[0], drains)
+	reasons, failed := went.reasons, went.failedHooks
 	repo := "/v2/" + strings.TrimPrefix(kubecli.ReleaseRepository, "ghcr.io/") + "/"
 	r.pulls = "the page's image, " + pageImage + ": " + c.Registry.pullSummary(repo)
 	pulled, err := c.Registry.pulls(repo)
@@ -286,6 +279,35 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 		r.pass = true
 	}
 	return r
+}
+
+// podDrain is what a taken-over Contour pod that went left behind: its drain's outcomes (our log), the reasons of
+// its Events and its FailedPreStopHook messages.
+type podDrain struct{ drain, reasons, failedHooks []string }
+
+// drainedWithEvents: one drain, drained, with DrainStarted and Drained among the pod's Events.
+func (d podDrain) drainedWithEvents() bool {
+	return len(d.drain) == 1 && strings.HasPrefix(d.drain[0], "drained") &&
+		slices.Contains(d.reasons, "DrainStarted") && slices.Contains(d.reasons, "Drained")
+}
+
+// addDrain waits up to 10 s for f, the log of pod (in projectcontour) followed until the pod went, to end, reads
+// what the pod left and adds it to r (drain, events, failedHooks).
+func (r *row) addDrain(ctx context.Context, t *testing.T, c *Cluster, pod string, f *logFollower) podDrain {
+	t.Helper()
+	select {
+	case <-f.done:
+	case <-time.After(10 * time.Second):
+	}
+	d := podDrain{
+		drain:       f.drainResults(),
+		reasons:     podEventReasons(ctx, t, c, contourNamespace, pod),
+		failedHooks: hookFailures(ctx, t, c, contourNamespace, pod),
+	}
+	r.drain = append(r.drain, d.drain...)
+	r.events = append(r.events, pod+": "+strings.Join(d.reasons, ", "))
+	r.failedHooks += len(d.failedHooks)
+	return d
 }
 
 // contourUp installs Contour from contour.yaml in sh's directory as its quickstart does (`kubectl apply -f`), waits

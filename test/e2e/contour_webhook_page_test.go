@@ -38,7 +38,7 @@ import (
 
 // contourWebhookPageScenario is the webhook section's job: a row of its own, run last (it replaces the e2e's
 // release of the chart by the page's).
-var contourWebhookPageScenario = scenario{name: "contour-page-webhook", peer: "contour", inject: []string{"--takeover"}, action: "page-webhook"}
+var contourWebhookPageScenario = scenario{name: "contour-page-webhook", peer: "contour", inject: []string{"--takeover"}, action: "page-webhook", replacesRelease: true}
 
 // contourWebhookSection is the page's section whose commands the job runs.
 const contourWebhookSection = "With the webhook (and with Contour's gateway provisioner)"
@@ -136,20 +136,12 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 
 	var missing, failed []string
 	for i, pod := range []string{byLabel[0], byAnnotation[0]} {
-		select {
-		case <-drains[i].done:
-		case <-time.After(10 * time.Second):
-		}
-		d := drains[i].drainResults()
-		r.drain = append(r.drain, d...)
-		reasons := podEventReasons(ctx, t, c, contourNamespace, pod)
-		r.events = append(r.events, pod+": "+strings.Join(reasons, ", "))
-		if len(d) != 1 || !strings.HasPrefix(d[0], "drained") || !slices.Contains(reasons, "DrainStarted") || !slices.Contains(reasons, "Drained") {
+		went := r.addDrain(ctx, t, c, pod, drains[i])
+		if !went.drainedWithEvents() {
 			missing = append(missing, pod)
 		}
-		failed = append(failed, hookFailures(ctx, t, c, contourNamespace, pod)...)
+		failed = append(failed, went.failedHooks...)
 	}
-	r.failedHooks = len(failed)
 	var pulls []string
 	for _, img := range []string{podImage, clusterImage} {
 		repo, tag, _ := strings.Cut(strings.TrimPrefix(img, "ghcr.io/"), ":")

@@ -65,6 +65,9 @@ type scenario struct {
 	long bool
 	// reportOnly: the figures are reported, with no pass or fail of their own (a variant shown for comparison).
 	reportOnly bool
+	// replacesRelease: the scenario uninstalls the e2e's release of the chart (its own has the same name), so it
+	// runs alone, after every other job (runJobs).
+	replacesRelease bool
 }
 
 // tcpDrainTimeout is the drain timeout of the tcp-deadline scenario: well under the grace period (45 s in
@@ -203,10 +206,10 @@ var e2eParallel = 4
 
 // sharesCluster reports whether s may run beside other scenarios. Not so: webhook-down (it stops the webhook that
 // the others' pods need), the load-balancer rows, whose figures are times (when HAProxy marks a pod down, how soon
-// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change, and the
-// Contour page's webhook section (it replaces the e2e's release of the chart by the page's).
+// a pod goes through kube-proxy, compared between two rows) that other scenarios' load would change, and those
+// that replace the e2e's release of the chart.
 func (s scenario) sharesCluster() bool {
-	return s.action != "webhook-down" && s.action != "lb-delete-pod" && s.action != "page-webhook"
+	return s.action != "webhook-down" && s.action != "lb-delete-pod" && !s.replacesRelease
 }
 
 // job is a scenario and what runs it.
@@ -233,7 +236,8 @@ func launchOrder(jobs []job) []int {
 }
 
 // runJobs runs every job as a subtest of t named for its scenario, those that share the cluster e2eParallel at a
-// time, then the others one by one, and returns their rows in the order of jobs (a job that stopped early too).
+// time, then the others one by one (those that replace the e2e's release last), and returns their rows in the
+// order of jobs (a job that stopped early too).
 func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 	if v := os.Getenv("E2E_PARALLEL"); v != "" {
 		n, err := strconv.Atoi(v)
@@ -279,9 +283,11 @@ func runJobs(ctx context.Context, t *testing.T, jobs []job) []row {
 		})
 	}
 	wg.Wait()
-	for i, j := range jobs {
-		if !j.s.sharesCluster() && ctx.Err() == nil {
-			one(i)
+	for _, last := range []bool{false, true} { // those that replace the e2e's release after all the others
+		for i, j := range jobs {
+			if !j.s.sharesCluster() && j.s.replacesRelease == last && ctx.Err() == nil {
+				one(i)
+			}
 		}
 	}
 	var out []row
