@@ -224,8 +224,7 @@ func TestMaxWaiters(t *testing.T) {
 	forEachEnvoy(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx := testContext(t)
-		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
-		waitInFlight(t, e, 1)
+		hold := holdTCP(ctx, t, e, time.Minute) // the work in flight, until the fourth caller is answered
 		_, a := serve(t, e, fast("--max-waiters", "3")...)
 		answers := make(chan int, 3)
 		for range 3 {
@@ -236,7 +235,7 @@ func TestMaxWaiters(t *testing.T) {
 		if err != nil || code != http.StatusTooManyRequests || !strings.HasPrefix(body, "busy: 3 callers already wait") {
 			t.Errorf("fourth caller = %d %q %v, want 429 busy at once", code, body, err)
 		}
-		long.Wait()
+		hold.Stop()
 		for range 3 {
 			if code := <-answers; code != 200 {
 				t.Errorf("a waiter under the cap got %d, want 200", code)

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -49,15 +48,15 @@ func TestCountModes(t *testing.T) {
 
 		column := map[string]string{}
 		for _, m := range countModes {
-			out, err := exec.CommandContext(ctx, smBin, "status", "-o", "json", "--count", m.mode, "--admin-address", e.AdminURL).Output()
+			out, err := runStatus(ctx, e.AdminURL, "-o", "json", "--count", m.mode)
 			if err != nil {
-				t.Fatalf("status --count %s: %v", m.mode, err)
+				t.Fatalf("status --count %s: %v\n%s", m.mode, err, out)
 			}
 			var rep struct {
 				Open       int64  `json:"open"`
 				CountBasis string `json:"count_basis"`
 			}
-			if err := json.Unmarshal(out, &rep); err != nil {
+			if err := json.Unmarshal([]byte(out), &rep); err != nil {
 				t.Fatalf("status --count %s: %v: %s", m.mode, err, out)
 			}
 			cell := fmt.Sprintf("%d", rep.Open)

@@ -195,7 +195,7 @@ func TestStatusShowsGroups(t *testing.T) {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		viaInternal(t, e)
-		out, err := runOutput(ctx, "status", "--admin-address", e.AdminURL, "-o", "json", "--listener-exclude", `^http\.mixed_http$`)
+		out, err := runStatus(ctx, e.AdminURL, "-o", "json", "--listener-exclude", `^http\.mixed_http$`)
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
@@ -219,7 +219,7 @@ func TestStatusShowsGroups(t *testing.T) {
 				t.Errorf("group %+v, want counted %t, reason %q", g, reason == "", reason)
 			}
 		}
-		table, err := runOutput(ctx, "status", "--admin-address", e.AdminURL)
+		table, err := runStatus(ctx, e.AdminURL)
 		if err != nil || !strings.Contains(table, "counted by: listener_config") || !strings.Contains(table, "listener.ingress_http listener.ingress_http_2 http.ingress_http") {
 			t.Errorf("status table (%v):\n%s", err, table)
 		}
@@ -229,15 +229,15 @@ func TestStatusShowsGroups(t *testing.T) {
 // A listener added during the drain (through LDS) first shows in the stats alone: the configuration read at
 // the start does not know it, so all its connections count, and the next poll reads the configuration again,
 // once. Its HTTP manager is then attributed to it, its idle keep-alives cancel out, and the drain releases
-// when the last request finishes, with them still open.
+// when the work in flight is done, with them still open. The work in flight is a TCP connection the test
+// closes once the drain has read the configuration again (see TestCountManagerChangedMidDrain).
 //
 // (The rule without the configuration releases here too; what this checks on the real Envoy is the re-read.)
 func TestCountListenerAddedMidDrain(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
 		ctx := testContext(t)
-		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
-		waitInFlight(t, e, 1)
+		hold := holdTCP(ctx, t, e, time.Minute)
 		p, a := serve(t, e, fast("--drain-timeout", "15s")...)
 		shutdown := make(chan int, 1)
 		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
@@ -256,21 +256,19 @@ func TestCountListenerAddedMidDrain(t *testing.T) {
 			defer c.Close()
 		}
 		waitStat(t, e, "http.late.downstream_cx_active", 2)
-		if r := long.Wait(); r.OK != 1 {
-			t.Fatalf("the long request: %s", r)
-		}
+		waitReads(t, p, 2)
+		openUntil(t, shutdown, hold)
 		if code := <-shutdown; code != http.StatusOK {
 			t.Fatalf("/shutdown = %d, want 200", code)
 		}
 		f := p.finished(t, 5*time.Second)
 		if f.Outcome != "drained" || f.Duration > 10*time.Second {
-			t.Errorf("outcome %q after %s (%s), want drained when the long request finished", f.Outcome, f.Duration, f.Reason)
+			t.Errorf("outcome %q after %s (%s), want drained when the TCP connection closed", f.Outcome, f.Duration, f.Reason)
 		}
 		if st, err := e.Stats(ctx, `^listener\.late\.downstream_cx_active$`); err != nil || st["listener.late.downstream_cx_active"] != 2 {
 			t.Errorf("idle connections on the new listener after release: %v %v, want both open", st, err)
 		}
-		reads := strings.Count(p.log(), `"msg":"envoy's listener configuration read"`)
-		if reads != 2 {
+		if reads := strings.Count(p.log(), configRead); reads != 2 {
 			t.Errorf("the listener configuration was read %d times, want twice (at the start, and for the new listener):\n%s", reads, p.log())
 		}
 		_, body, err := a.get(ctx, "/status")
@@ -294,7 +292,9 @@ func TestCountListenerAddedMidDrain(t *testing.T) {
 // An LDS update in the middle of a drain gives a listener the drain already knows another HTTP manager (another
 // stat prefix): idle connections on it belong to that manager, and must not count as connections no manager
 // owns. The drain reads the listener configuration again when the stats show a manager it does not know, and
-// releases when the work in flight is done, long before its deadline.
+// releases when the work in flight is done, long before its deadline. The work in flight is a TCP connection
+// the test closes once the drain has read the new manager: a request of fixed length would end, on a starved
+// machine, before the update reached the drain, and the drain would release without ever seeing it.
 func TestCountManagerChangedMidDrain(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{DynamicListeners: true})
@@ -303,8 +303,7 @@ func TestCountManagerChangedMidDrain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		long := testbed.Long(ctx, e.HTTPAddr, 1, 4*time.Second)
-		waitInFlight(t, e, 1)
+		hold := holdTCP(ctx, t, e, time.Minute)
 		p, a := serve(t, e, fast("--drain-timeout", "20s")...)
 		shutdown := make(chan int, 1)
 		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
@@ -320,21 +319,45 @@ func TestCountManagerChangedMidDrain(t *testing.T) {
 			defer c.Close()
 		}
 		waitStat(t, e, "http.late2.downstream_cx_active", 2)
-		if r := long.Wait(); r.OK != 1 {
-			t.Fatalf("the long request: %s", r)
-		}
+		waitReads(t, p, 2)
+		openUntil(t, shutdown, hold)
 		if code := <-shutdown; code != http.StatusOK {
 			t.Fatalf("/shutdown = %d, want 200", code)
 		}
 		f := p.finished(t, 5*time.Second)
 		if f.Outcome != "drained" {
-			t.Errorf("outcome %q after %s (%s), want drained when the long request finished", f.Outcome, f.Duration, f.Reason)
+			t.Errorf("outcome %q after %s (%s), want drained when the TCP connection closed", f.Outcome, f.Duration, f.Reason)
 		}
 		if st, err := e.Stats(ctx, `^listener\.late\.downstream_cx_active$`); err != nil || st["listener.late.downstream_cx_active"] != 2 {
 			t.Errorf("idle connections on the changed listener after release: %v %v, want both open", st, err)
 		}
-		if reads := strings.Count(p.log(), `"msg":"envoy's listener configuration read"`); reads != 2 {
+		if reads := strings.Count(p.log(), configRead); reads != 2 {
 			t.Errorf("the listener configuration was read %d times, want twice (at the start, and for the new manager):\n%s", reads, p.log())
 		}
 	})
+}
+
+// configRead is the log line of each read of Envoy's listener configuration by the drain.
+const configRead = `"msg":"envoy's listener configuration read"`
+
+// waitReads waits until the drain of p has read Envoy's listener configuration n times.
+func waitReads(t *testing.T, p *proc, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); strings.Count(p.log(), configRead) < n; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the drain did not read the listener configuration %d times within 20 s:\n%s", n, p.log())
+		}
+	}
+}
+
+// openUntil checks that the drain has not released (shutdown has no answer) while hold's connection is open,
+// then closes it.
+func openUntil(t *testing.T, shutdown <-chan int, hold *testbed.Load) {
+	t.Helper()
+	select {
+	case code := <-shutdown:
+		t.Fatalf("/shutdown = %d while the TCP connection was open", code)
+	default:
+	}
+	hold.Stop()
 }

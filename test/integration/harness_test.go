@@ -539,6 +539,14 @@ func stopEnvoy(t *testing.T, e *testbed.Envoy) {
 }
 
 // runOutput runs shutdown-manager to completion and returns its combined output.
+// runStatus runs `shutdown-manager status` against admin and returns what it printed (stdout and stderr).
+// The binary is built with -race and runs beside every other test on two CPUs: its default of 1 s per
+// admin request (the drain's bound on a hung admin API, tested elsewhere) is raised to 10 s, so that one
+// starved answer does not fail a test about what status prints.
+func runStatus(ctx context.Context, admin string, args ...string) (string, error) {
+	return runOutput(ctx, append([]string{"status", "--admin-address", admin, "--admin-timeout", "10s"}, args...)...)
+}
+
 func runOutput(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, smBin, args...).CombinedOutput()
 	return string(out), err

@@ -203,7 +203,7 @@ func TestStatusCommand(t *testing.T) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx := testContext(t)
 		holdTCP(ctx, t, e, 20*time.Second)
-		out, err := runOutput(ctx, "status", "--admin-address", e.AdminURL)
+		out, err := runStatus(ctx, e.AdminURL)
 		if err != nil {
 			t.Fatalf("status: %v\n%s", err, out)
 		}
