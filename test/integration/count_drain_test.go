@@ -120,7 +120,7 @@ func TestCountSharedPrefixGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer pool.Close()
-		hold := holdTCP(ctx, t, e, 6*time.Second)
+		hold := holdTCP(ctx, t, e, time.Minute) // closed once /status is read
 		_, a := serve(t, e, fast("--listener-exclude", `^listener\.ingress_http_2$`)...)
 		shutdown := make(chan time.Time, 1)
 		go func() {
@@ -153,8 +153,8 @@ func TestCountSharedPrefixGroup(t *testing.T) {
 		if !found {
 			t.Errorf("no group of both listeners sharing ingress_http in /status:\n%s", body)
 		}
-		res := hold.Wait()
-		closed := time.Now()
+		hold.Stop()
+		res, closed := hold.Snapshot(), time.Now()
 		released, ok := <-shutdown
 		if !ok || released.Before(closed) || res.Failed != 0 {
 			t.Errorf("/shutdown released at %s (ok %t), TCP connection (%s) closed at %s; want after it",
