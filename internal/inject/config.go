@@ -149,22 +149,15 @@ type Drain struct {
 const (
 	Prefix = "shutdown-manager.io/"
 
-	AnnotationInject             = Prefix + "inject"       // "false": the pod is opted out, left as it is; "true": the pod itself asks for the manager (without an Envoy container it is then a warning, not a silent skip)
-	AnnotationMode               = Prefix + "mode"         // hook, sidecar, agent
-	AnnotationBinaryFrom         = Prefix + "binary-from"  // copy, image-volume
-	AnnotationHook               = Prefix + "hook"         // exec, http
-	AnnotationSidecarKind        = Prefix + "sidecar-kind" // native, plain
-	AnnotationEnvoyContainer     = Prefix + "envoy-container"
-	AnnotationEnvoyCommand       = Prefix + "envoy-command" // agent: Envoy's command when the container sets none, words separated by spaces
-	AnnotationAdminAddress       = Prefix + "admin-address"
-	AnnotationDrainDelay         = Prefix + "drain-delay"
-	AnnotationMinDrainDuration   = Prefix + "min-drain-duration"
-	AnnotationQuietPeriod        = Prefix + "quiet-period"
-	AnnotationDrainTimeout       = Prefix + "drain-timeout"
-	AnnotationMinOpenConnections = Prefix + "min-open-connections"
-	AnnotationCount              = Prefix + "count"
-	AnnotationListenerExclude    = Prefix + "listener-exclude" // regular expressions, one per line
-	// The drain's other settings' annotations are DrainSettings' (settings.go): Prefix + Name.
+	AnnotationInject         = Prefix + "inject"       // "false": the pod is opted out, left as it is; "true": the pod itself asks for the manager (without an Envoy container it is then a warning, not a silent skip)
+	AnnotationMode           = Prefix + "mode"         // hook, sidecar, agent
+	AnnotationBinaryFrom     = Prefix + "binary-from"  // copy, image-volume
+	AnnotationHook           = Prefix + "hook"         // exec, http
+	AnnotationSidecarKind    = Prefix + "sidecar-kind" // native, plain
+	AnnotationEnvoyContainer = Prefix + "envoy-container"
+	AnnotationEnvoyCommand   = Prefix + "envoy-command" // agent: Envoy's command when the container sets none, words separated by spaces
+	AnnotationAdminAddress   = Prefix + "admin-address"
+	// The drain's settings' annotations are DrainSettings' (settings.go): Prefix + Name.
 	AnnotationTokenSecret         = Prefix + "token-secret"         // sidecar mode, hook http: the Secret holding the token (as --token-secret)
 	AnnotationTakeover            = Prefix + "takeover"             // "true": take over a peer's shutdown manager (as --takeover)
 	AnnotationAPIToken            = Prefix + "api-token"            // "false": no token of the manager's own where automount is off (as --api-token=false)
@@ -274,8 +267,8 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 	}
 	if t := s.Drain.Timeout; t != nil && s.quiet > s.minDuration && *t <= drain.AddDurations(s.delay, s.quiet) {
 		err := fmt.Errorf("drain timeout %s must be longer than the drain delay plus the quiet period (%s)", *t, drain.AddDurations(s.delay, s.quiet))
-		if v, ok := annotations[AnnotationDrainTimeout]; ok {
-			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
+		if v, ok := annotations[drainTimeoutAnnotation]; ok {
+			err = fmt.Errorf("annotation %s: %q: %w", drainTimeoutAnnotation, v, err)
 		}
 		return settings{}, err
 	}
@@ -284,8 +277,8 @@ func resolve(cfg Config, annotations map[string]string) (settings, error) {
 		if *t > drain.AddDurations(s.delay, s.minDuration) {
 			err = fmt.Errorf("drain timeout %s with %s mode's margin of %s is longer than any grace period a duration holds (%ds)", *t, s.Mode, margin(s.Mode), maxGraceSeconds)
 		}
-		if v, ok := annotations[AnnotationDrainTimeout]; ok {
-			err = fmt.Errorf("annotation %s: %q: %w", AnnotationDrainTimeout, v, err)
+		if v, ok := annotations[drainTimeoutAnnotation]; ok {
+			err = fmt.Errorf("annotation %s: %q: %w", drainTimeoutAnnotation, v, err)
 		}
 		return settings{}, err
 	}

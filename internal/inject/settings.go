@@ -139,6 +139,9 @@ var DrainSettings = named([]DrainSetting{
 		field: func(c *Config) any { return &c.Drain.LogFormat }},
 })
 
+// drainTimeoutAnnotation is the drain timeout's annotation, named in the errors of a grace period it cannot fit.
+var drainTimeoutAnnotation = Prefix + drainflag.DrainTimeout.Name
+
 // named fills in the Name each row leaves out: its drain flag's.
 func named(rows []DrainSetting) []DrainSetting {
 	for i := range rows {

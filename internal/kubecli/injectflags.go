@@ -132,6 +132,9 @@ func drainSettingUsage(d inject.DrainSetting) string {
 	default:
 		u += " (`string`)"
 	}
+	if d.Kind == inject.KindList {
+		return u + "; annotation " + d.Annotation() + " (one per line)"
+	}
 	return u + "; annotation " + d.Annotation()
 }
 

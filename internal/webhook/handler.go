@@ -123,8 +123,6 @@ func badRequest(format string, args ...any) *requestError {
 	return &requestError{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
-var _ http.Handler = (*Handler)(nil)
-
 // ServeHTTP answers one AdmissionReview: 200 with an AdmissionReview admission.k8s.io/v1 whose response allows
 // the pod (with a JSONPatch when it was injected, with warnings when it could not be), or an error status (400
 // bad review, 405 method, 413 too large, 415 content type, 500 internal) with a metav1.Status whose message

@@ -235,7 +235,7 @@ func TestServeHTTPAnswers(t *testing.T) {
 	optedOut.Labels[inject.LabelInject] = inject.InjectFalse
 	// Injected, with a drain timeout that cannot hold it through its load balancer's deregistration delay.
 	shortDrain := envoyPod()
-	shortDrain.Annotations = map[string]string{inject.AnnotationDeregistrationDelay: "2m", inject.AnnotationDrainTimeout: "1m"}
+	shortDrain.Annotations = map[string]string{inject.AnnotationDeregistrationDelay: "2m", inject.Prefix + "drain-timeout": "1m"}
 	deleteReview := func(r *admissionv1.AdmissionReview) {
 		r.Request.Operation = admissionv1.Delete
 		r.Request.OldObject, r.Request.Object = r.Request.Object, runtime.RawExtension{}
