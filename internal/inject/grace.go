@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drainflag"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/supervisor"
 )
 
@@ -165,11 +166,11 @@ func DeregistrationShortfall(st Status) string {
 		return ""
 	}
 	var quiet *time.Duration
-	if q, err := time.ParseDuration(st.Settings["quiet-period"]); err == nil {
+	if q, err := time.ParseDuration(st.Settings[drainflag.QuietPeriod.Name]); err == nil {
 		quiet = &q
 	}
-	delay := settingOr(st, "drain-delay", DefaultDrainDelay)
-	floor := delay + settingOr(st, "min-drain-duration", DefaultMinDrainDuration)
+	delay := settingOr(st, drainflag.DrainDelay.Name, DefaultDrainDelay)
+	floor := delay + settingOr(st, drainflag.MinDrainDuration.Name, DefaultMinDrainDuration)
 	need := DeregistrationNeed(lb, quiet)
 	fix := fmt.Sprintf("--drain-timeout %s and a grace period of %ds, or no --drain-timeout: inject then sizes both", need, GraceNeeded(st.Mode, need))
 	switch DeregistrationFit(lb, timeout, floor, quiet) {

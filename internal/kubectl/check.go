@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drainflag"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/events"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
@@ -298,7 +299,7 @@ func (in *injection) grace() Finding {
 // --drain-timeout derives it from --termination-grace-period, as run does. A finding (its Check unset) when it
 // cannot be told.
 func (in *injection) drainTimeout() (time.Duration, string, *Finding) {
-	d, err := in.duration("drain-timeout", -1)
+	d, err := in.duration(drainflag.DrainTimeout.Name, -1)
 	switch {
 	case err != nil:
 		return 0, "", &Finding{Result: ResultFail, Reason: err.Error()}
@@ -337,7 +338,7 @@ func (in *injection) deregistration(lb time.Duration) Finding {
 	}
 	var fixed *time.Duration
 	what := "--quiet-period auto's upper bound"
-	switch v, ok := in.flag("quiet-period"); {
+	switch v, ok := in.flag(drainflag.QuietPeriod.Name); {
 	case !ok || v == "auto":
 	default:
 		d, err := time.ParseDuration(v)
@@ -377,11 +378,11 @@ func (in *injection) deregistration(lb time.Duration) Finding {
 
 // floor is the drain's --drain-delay plus --min-drain-duration (their defaults when not given).
 func (in *injection) floor() (time.Duration, error) {
-	delay, err := in.duration("drain-delay", inject.DefaultDrainDelay)
+	delay, err := in.duration(drainflag.DrainDelay.Name, inject.DefaultDrainDelay)
 	if err != nil {
 		return 0, err
 	}
-	minimum, err := in.duration("min-drain-duration", inject.DefaultMinDrainDuration)
+	minimum, err := in.duration(drainflag.MinDrainDuration.Name, inject.DefaultMinDrainDuration)
 	if err != nil {
 		return 0, err
 	}
