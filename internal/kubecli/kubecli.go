@@ -39,6 +39,14 @@ func Commands() []cli.Command {
 	}
 }
 
+// kubectlCommands are the kubectl plugin's commands (runKubectl, kubectl.go).
+func kubectlCommands() []cli.Command {
+	return []cli.Command{
+		{Name: "status", Summary: "the drain state of every pod of a workload, read through the API server", Run: runKubectlStatus},
+		{Name: "check", Summary: "verify a workload's pods: injected, grace period, admin reachable, Events writable, image pulled", Run: runCheck("kubectl check")},
+	}
+}
+
 // Run runs the full CLI's subcommand named by args[0] (Commands) with these standard streams and returns the
 // process exit code.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {

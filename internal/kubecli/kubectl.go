@@ -15,14 +15,6 @@ import (
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/manager"
 )
 
-// kubectlCommands are the plugin's commands.
-func kubectlCommands() []cli.Command {
-	return []cli.Command{
-		{Name: "status", Summary: "the drain state of every pod of a workload, read through the API server", Run: runKubectlStatus},
-		{Name: "check", Summary: "verify a workload's pods: injected, grace period, admin reachable, Events writable, image pulled", Run: runCheck("kubectl check")},
-	}
-}
-
 // runKubectl is the kubectl plugin: `kubectl shutdown-manager COMMAND` (or `shutdown-manager kubectl COMMAND`).
 func runKubectl(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if _, ok := stdout.(*cli.FlagSink); ok || len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
