@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -505,21 +504,4 @@ func isDone(d *Drain) bool {
 	default:
 		return false
 	}
-}
-
-// AddDurations adds durations, saturating at the largest (or smallest) Duration instead of wrapping:
-// flag values such as --drain-delay=2562047h plus --min-drain-duration must not overflow past a check.
-func AddDurations(ds ...time.Duration) time.Duration {
-	var sum time.Duration
-	for _, d := range ds {
-		switch {
-		case d > 0 && sum > math.MaxInt64-d:
-			sum = math.MaxInt64
-		case d < 0 && sum < math.MinInt64-d:
-			sum = math.MinInt64
-		default:
-			sum += d
-		}
-	}
-	return sum
 }

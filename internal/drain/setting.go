@@ -1,6 +1,10 @@
 package drain
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"time"
+)
 
 // Setting names a field of Config (or of its Selector) in the engine's errors and reasons. The engine
 // knows no front end: each one spells a setting its own way (the command line as its flag, through
@@ -51,4 +55,21 @@ func invalid(s Setting, problem string) *ConfigError {
 // invalidValue is a ConfigError for a value that does not parse: "setting: err".
 func invalidValue(s Setting, err error) *ConfigError {
 	return &ConfigError{Setting: s, text: func(n Names) string { return fmt.Sprintf("%s: %v", n.of(s), err) }}
+}
+
+// AddDurations adds durations, saturating at the largest (or smallest) Duration instead of wrapping:
+// flag values such as --drain-delay=2562047h plus --min-drain-duration must not overflow past a check.
+func AddDurations(ds ...time.Duration) time.Duration {
+	var sum time.Duration
+	for _, d := range ds {
+		switch {
+		case d > 0 && sum > math.MaxInt64-d:
+			sum = math.MaxInt64
+		case d < 0 && sum < math.MinInt64-d:
+			sum = math.MinInt64
+		default:
+			sum += d
+		}
+	}
+	return sum
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyadmin"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/envoyproc"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/server"
 )
 
@@ -192,27 +191,6 @@ func showUntilDone(ctx context.Context, engine *drain.Engine, d *drain.Drain, w 
 		case <-tick.C:
 		}
 	}
-}
-
-// adminOfRunningEnvoy finds Envoy's admin address from its process (its command line and bootstrap): inside
-// Envoy's container an exec hook sees Envoy's process. Otherwise, or
-// when the bootstrap names no fixed address, it keeps def, the default. It logs what it chose and why.
-func adminOfRunningEnvoy(def envoyadmin.Address, log *slog.Logger) envoyadmin.Address {
-	p, err := envoyproc.Find("/proc")
-	if err != nil {
-		log.Info("admin address: envoy's process not found; using the default", "admin_address", def.String(), "reason", err.Error())
-		return def
-	}
-	addr, err := envoyadmin.AdminFromCommandLine(p.Args, p.ReadFile)
-	if err != nil {
-		// Envoy runs but its command line does not show which admin it uses (one Envoy would refuse, a
-		// bootstrap without an admin address, a file this process cannot read): the default is a guess.
-		log.Warn("admin address: envoy's command line does not show it; using the default, which may not be envoy's", "admin_address", def.String(),
-			"envoy_pid", p.PID, "reason", err.Error())
-		return def
-	}
-	log.Info("admin address: read from envoy's bootstrap", "admin_address", addr.String(), "envoy_pid", p.PID)
-	return addr
 }
 
 func durationText(d time.Duration) string { return fmt.Sprint(d.Round(time.Millisecond)) }
