@@ -36,7 +36,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 
 // runRun is the agent: Envoy runs as this process's child; SIGTERM or SIGINT drains it, then stops it, and
 // the process exits with Envoy's status (manager.Run).
-func runRun(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	var f runFlags
 	f.register(fs)
@@ -61,7 +61,7 @@ func runRun(_ context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return err
 	}
 	defer closeLog()
-	return manager.Run(cfg, log)
+	return manager.Run(ctx, cfg, log)
 }
 
 func asFile(v any) *os.File {

@@ -28,8 +28,9 @@ var forwarded = []os.Signal{syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2}
 
 // Run supervises Envoy. The order of events is plain: start Envoy; on the first SIGTERM/SIGINT (or a
 // /shutdown) drain; when the drain releases, stop Envoy; return Envoy's status as an ExitStatus. A second
-// SIGTERM/SIGINT skips the rest of the drain. If Envoy exits by itself, return at once with its status.
-func Run(cfg RunConfig, log *slog.Logger) error {
+// SIGTERM/SIGINT skips the rest of the drain. If Envoy exits by itself, return at once with its status. ctx is
+// the signal-triggered drain's (its trigger's context); signals, not ctx, end the agent.
+func Run(ctx context.Context, cfg RunConfig, log *slog.Logger) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, append([]os.Signal{syscall.SIGTERM, syscall.SIGINT}, forwarded...)...)
 	defer signal.Stop(sigs)
@@ -61,7 +62,7 @@ func Run(cfg RunConfig, log *slog.Logger) error {
 		log.Info("serving", "listen", apis.listen, "metrics_listen", apis.metricsListen, "token", cfg.API.Token.Secret != "")
 	}
 
-	r := supervised{proc: proc, s: s, sigs: sigs, apiErrs: apiErrs, log: log}
+	r := supervised{ctx: ctx, proc: proc, s: s, sigs: sigs, apiErrs: apiErrs, log: log}
 	released, exited := r.untilDrain()
 	if !exited && released != nil {
 		exited = r.untilReleased(released)
@@ -81,6 +82,7 @@ func Run(cfg RunConfig, log *slog.Logger) error {
 // supervised is Run's wait on Envoy, in two phases: until a drain starts, then until it releases. Either ends
 // early when Envoy exits by itself, or when the API fails (the drain, if one runs, is stopped first).
 type supervised struct {
+	ctx     context.Context
 	proc    *supervisor.Process
 	s       *stack
 	sigs    <-chan os.Signal
@@ -111,7 +113,7 @@ func (r *supervised) untilDrain() (released <-chan struct{}, exited bool) {
 				continue
 			}
 			r.log.Info("signal received; draining envoy", "signal", sig.String())
-			d, err := r.s.engine.Trigger(context.Background(), signalCaller(sig))
+			d, err := r.s.engine.Trigger(r.ctx, signalCaller(sig))
 			if err != nil {
 				return nil, false
 			}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -150,15 +151,26 @@ func (a *api) refuse(w http.ResponseWriter, by drain.Caller, path string, code i
 	http.Error(w, text, code)
 }
 
-func (a *api) shutdown(w http.ResponseWriter, r *http.Request) {
+// admit checks a call of one of the endpoints that act (path): its method is one of methods, and it carries
+// the bearer token when one is set. It refuses the call otherwise (405 or 401, logged and counted) and
+// reports whether to go on, with the caller.
+func (a *api) admit(w http.ResponseWriter, r *http.Request, path string, methods ...string) (drain.Caller, bool) {
 	by := drain.NewHTTPCaller(r.RemoteAddr, r.Method, r.UserAgent())
-	if r.Method != http.MethodGet && r.Method != http.MethodPost {
-		w.Header().Set("Allow", "GET, POST")
-		a.refuse(w, by, "/shutdown", http.StatusMethodNotAllowed, "method", "method not allowed: /shutdown takes GET or POST")
-		return
+	if !slices.Contains(methods, r.Method) {
+		w.Header().Set("Allow", strings.Join(methods, ", "))
+		a.refuse(w, by, path, http.StatusMethodNotAllowed, "method", "method not allowed: "+path+" takes "+strings.Join(methods, " or "))
+		return by, false
 	}
 	if !a.authorized(r) {
-		a.refuse(w, by, "/shutdown", http.StatusUnauthorized, "unauthorized", "unauthorized: missing or wrong bearer token")
+		a.refuse(w, by, path, http.StatusUnauthorized, "unauthorized", "unauthorized: missing or wrong bearer token")
+		return by, false
+	}
+	return by, true
+}
+
+func (a *api) shutdown(w http.ResponseWriter, r *http.Request) {
+	by, ok := a.admit(w, r, "/shutdown", http.MethodGet, http.MethodPost)
+	if !ok {
 		return
 	}
 	// The cap counts waiters. While no drain has finished, it is taken before the trigger: a caller over it
@@ -230,14 +242,8 @@ func isDone(d *drain.Drain) bool {
 }
 
 func (a *api) resume(w http.ResponseWriter, r *http.Request) {
-	by := drain.NewHTTPCaller(r.RemoteAddr, r.Method, r.UserAgent())
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", "POST")
-		a.refuse(w, by, "/resume", http.StatusMethodNotAllowed, "method", "method not allowed: /resume takes POST")
-		return
-	}
-	if !a.authorized(r) {
-		a.refuse(w, by, "/resume", http.StatusUnauthorized, "unauthorized", "unauthorized: missing or wrong bearer token")
+	by, ok := a.admit(w, r, "/resume", http.MethodPost)
+	if !ok {
 		return
 	}
 	force := r.URL.Query().Get("force")
