@@ -64,9 +64,8 @@ type Client struct {
 	log     *slog.Logger
 	send    sendFunc // nil: disabled
 	queue   chan apiEvent
-	stop    chan struct{} // closed by Close: send what is queued, then return
-	ctx     context.Context
-	cancel  context.CancelFunc // cuts the request in flight at CloseWait
+	stop    chan struct{}      // closed by Close: send what is queued, then return
+	cancel  context.CancelFunc // cuts the request in flight at CloseWait: ends run's context
 	done    chan struct{}      // closed when the sending goroutine has returned
 	once    sync.Once
 	warned  atomic.Bool
@@ -107,8 +106,8 @@ func outsidePod(cfg Config) bool {
 func newClient(cfg Config, log *slog.Logger, send sendFunc) *Client {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Client{cfg: cfg, log: log, send: send, queue: make(chan apiEvent, QueueSize),
-		stop: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{}), refused: map[string]int{}}
-	go c.run()
+		stop: make(chan struct{}), cancel: cancel, done: make(chan struct{}), refused: map[string]int{}}
+	go c.run(ctx)
 	return c
 }
 
@@ -199,18 +198,19 @@ func (c *Client) Close(wait time.Duration) {
 	})
 }
 
-// run sends queued Events one at a time until Close, then what is left in the queue.
-func (c *Client) run() {
+// run sends queued Events one at a time until Close, then what is left in the queue; ctx ends when Close gives
+// up waiting.
+func (c *Client) run(ctx context.Context) {
 	defer close(c.done)
 	for {
 		select {
 		case ev := <-c.queue:
-			c.deliver(ev)
+			c.deliver(ctx, ev)
 		case <-c.stop:
 			for {
 				select {
 				case ev := <-c.queue:
-					c.deliver(ev)
+					c.deliver(ctx, ev)
 				default:
 					return
 				}
@@ -219,13 +219,13 @@ func (c *Client) run() {
 	}
 }
 
-func (c *Client) deliver(ev apiEvent) {
-	if c.ctx.Err() != nil { // Close gave up waiting
+func (c *Client) deliver(ctx context.Context, ev apiEvent) {
+	if ctx.Err() != nil { // Close gave up waiting
 		c.dropped.Add(1)
 		return
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, RequestTimeout)
-	err := c.send(ctx, &ev)
+	reqCtx, cancel := context.WithTimeout(ctx, RequestTimeout)
+	err := c.send(reqCtx, &ev)
 	cancel()
 	if err == nil {
 		c.sent.Add(1)
@@ -233,7 +233,7 @@ func (c *Client) deliver(ev apiEvent) {
 		return
 	}
 	c.dropped.Add(1)
-	if c.ctx.Err() != nil {
+	if ctx.Err() != nil {
 		return
 	}
 	// One warning per reason of refusal: an API server that refuses once for a reason (RBAC: Forbidden)
