@@ -5,7 +5,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pinned=$(awk '!/^#/ && NF { print $1 }' "$root/test/envoy-versions.txt")
-primary=$(echo "$pinned" | head -1)
+# The first line, without a pipe: bash's echo writes line by line, and head exiting after the first one can end
+# it with SIGPIPE, which pipefail made this script's exit status (141, seen once in a cold make test).
+primary=${pinned%%$'\n'*}
 versions=${ENVOY_VERSIONS:-$pinned}
 mkdir -p "$root/.tools/bin"
 for v in $versions; do
