@@ -92,7 +92,11 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 	// The page's release takes the name and the namespace of the e2e's.
 	helm := helmRunner(ctx, t, c)
 	if injectVia == "webhook" {
-		helm("", "uninstall", ChartRelease, "--namespace", ChartNamespace, "--kubeconfig", c.API.Kubeconfig, "--wait")
+		// Foreground: helm returns once the webhook's pods are gone, not only its Deployment. A pod of the
+		// old release still serving its certificate behind the new release's Service fails the API server's
+		// check against the new CA, and the pod being admitted is let through uninjected (a cold run here:
+		// "x509: certificate signed by unknown authority", the restarted Contour pod not taken over).
+		helm("", "uninstall", ChartRelease, "--namespace", ChartNamespace, "--kubeconfig", c.API.Kubeconfig, "--cascade", "foreground", "--wait")
 	}
 	failOpen := failOpenCount(ctx, t, c)
 
