@@ -343,9 +343,13 @@ const configRead = `"msg":"envoy's listener configuration read"`
 // waitReads waits until the drain of p has read Envoy's listener configuration n times.
 func waitReads(t *testing.T, p *proc, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); strings.Count(p.log(), configRead) < n; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	for strings.Count(p.log(), configRead) < n {
+		select {
+		case <-ctx.Done():
 			t.Fatalf("the drain did not read the listener configuration %d times within 20 s:\n%s", n, p.log())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

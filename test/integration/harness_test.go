@@ -473,7 +473,6 @@ type status struct {
 	} `json:"cut_by_client"`
 }
 
-// waitStatus polls /status until cond holds, for at most d.
 // failingHealthChecks reports whether the drain has failed Envoy's health checks and not released: its floor, its
 // quiet period or its wait. A test that waits for the floor (min_duration, 1 s with fast()) can miss it: a starved
 // make test once let the whole second pass between two polls of /status (the engine's read of Envoy's listeners
@@ -486,6 +485,7 @@ func failingHealthChecks(s status) bool {
 	return false
 }
 
+// waitStatus polls /status until cond holds, for at most d.
 func (a api) waitStatus(t *testing.T, d time.Duration, cond func(status) bool) status {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
@@ -538,7 +538,6 @@ func stopEnvoy(t *testing.T, e *testbed.Envoy) {
 	}
 }
 
-// runOutput runs shutdown-manager to completion and returns its combined output.
 // runStatus runs `shutdown-manager status` against admin and returns what it printed (stdout and stderr).
 // The binary is built with -race and runs beside every other test on two CPUs: its default of 1 s per
 // admin request (the drain's bound on a hung admin API, tested elsewhere) is raised to 10 s, so that one
@@ -547,6 +546,7 @@ func runStatus(ctx context.Context, admin string, args ...string) (string, error
 	return runOutput(ctx, append([]string{"status", "--admin-address", admin, "--admin-timeout", "10s"}, args...)...)
 }
 
+// runOutput runs shutdown-manager to completion and returns its combined output.
 func runOutput(ctx context.Context, args ...string) (string, error) {
 	out, err := exec.CommandContext(ctx, smBin, args...).CombinedOutput()
 	return string(out), err
