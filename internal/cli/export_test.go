@@ -21,8 +21,9 @@ func RunDrainTimeout(args, envoyArgs []string) (time.Duration, error) {
 	if err := fs.Parse(args); err != nil {
 		return 0, err
 	}
-	if _, err := f.config(fs, envoyArgs); err != nil {
+	cfg, err := f.config(fs, envoyArgs)
+	if err != nil {
 		return 0, err
 	}
-	return f.timeout, nil
+	return cfg.Engine.Drain.Timeout, nil
 }

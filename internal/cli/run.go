@@ -80,13 +80,16 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (manager.RunConf
 	if f.grace < 0 {
 		return manager.RunConfig{}, Usagef("--termination-grace-period must not be negative")
 	}
+	// d is the drain's flags as the run uses them: the drain timeout derived from the grace period and the admin
+	// address read from Envoy's command line fill in what was not given; the parsed flags stay as given.
+	d := f.drainFlags
 	if f.grace > 0 && !IsFlagSet(fs, "drain-timeout") {
-		f.timeout = f.grace - f.stopTimeout - supervisor.StopMargin
-		if f.timeout <= drain.AddDurations(f.delay, f.minDuration) {
-			return manager.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, f.timeout)
+		d.timeout = f.grace - f.stopTimeout - supervisor.StopMargin
+		if d.timeout <= drain.AddDurations(d.delay, d.minDuration) {
+			return manager.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --min-drain-duration", f.grace, d.timeout)
 		}
-		if f.timeout <= drain.AddDurations(f.delay, f.quiet.least()) {
-			return manager.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, f.timeout)
+		if d.timeout <= drain.AddDurations(d.delay, d.quiet.least()) {
+			return manager.RunConfig{}, Usagef("--termination-grace-period %s leaves %s to drain after --stop-timeout and a 2s margin, not more than --drain-delay plus --quiet-period", f.grace, d.timeout)
 		}
 	}
 	if !IsFlagSet(fs, "admin-address") {
@@ -94,9 +97,9 @@ func (f *runFlags) config(fs *flag.FlagSet, envoyArgs []string) (manager.RunConf
 		if err != nil {
 			return manager.RunConfig{}, Usagef("--admin-address not given and %v", err)
 		}
-		f.admin = addr.String()
+		d.admin = addr.String()
 	}
-	ecfg, err := f.drainFlags.config()
+	ecfg, err := d.config()
 	if err != nil {
 		return manager.RunConfig{}, err
 	}

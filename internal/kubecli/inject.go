@@ -21,25 +21,20 @@ import (
 func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("inject", flag.ContinueOnError)
 	var f injectFlags
-	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
-	output := cli.OutputFlag(fs)
-	var templates templatePaths
-	templates.register(fs)
+	var m manifestFlags
+	m.register(fs, "the manifests: a file of YAML documents (or a List), or - for stdin (required). The pod template's shutdown-manager.io/ annotations override the flags below")
 	f.register(fs)
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if *file == "" {
-		return cli.Usagef("give the manifests with -f FILE or -f -")
-	}
-	if err := cli.CheckOutput(fs, *output); err != nil {
+	if err := m.check(fs); err != nil {
 		return err
 	}
 	cfg, err := f.config(fs)
 	if err != nil {
 		return err
 	}
-	in, closeIn, err := openManifests(*file, stdin)
+	in, closeIn, err := openManifests(m.file, stdin)
 	if err != nil {
 		return err
 	}
@@ -62,7 +57,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 			optedOut++
 		}
 		return err
-	}, manifest.Options{Workloads: templates.workloads, Notes: stderr})
+	}, manifest.Options{Workloads: m.templates.workloads, Notes: stderr})
 	if err != nil {
 		return err
 	}
@@ -75,7 +70,7 @@ func runInject(_ context.Context, args []string, stdin io.Reader, stdout, stderr
 	if injected > 0 {
 		warnUnpullable(stderr, "inject", cfg.Image)
 	}
-	return writeManifests(stdout, *output, out)
+	return writeManifests(stdout, *m.output, out)
 }
 
 // warnModeSwitch warns on stderr when a pod inject already injected would change mode only because --mode
@@ -121,29 +116,46 @@ func podName(meta *metav1.ObjectMeta) string {
 // runUninject is `uninject -f FILE|-`: removes exactly what inject added, restoring what it replaced.
 func runUninject(_ context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("uninject", flag.ContinueOnError)
-	file := fs.String("f", "", "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
-	output := cli.OutputFlag(fs)
-	var templates templatePaths
-	templates.register(fs)
+	var m manifestFlags
+	m.register(fs, "the manifests: a file of YAML documents (or a List), or - for stdin (required)")
 	if err := cli.Parse(fs, args, stdout); err != nil {
 		return err
 	}
-	if *file == "" {
-		return cli.Usagef("give the manifests with -f FILE or -f -")
-	}
-	if err := cli.CheckOutput(fs, *output); err != nil {
+	if err := m.check(fs); err != nil {
 		return err
 	}
-	in, closeIn, err := openManifests(*file, stdin)
+	in, closeIn, err := openManifests(m.file, stdin)
 	if err != nil {
 		return err
 	}
 	defer closeIn()
-	out, err := manifest.Transform(in, inject.Uninject, manifest.Options{Workloads: templates.workloads, Notes: stderr})
+	out, err := manifest.Transform(in, inject.Uninject, manifest.Options{Workloads: m.templates.workloads, Notes: stderr})
 	if err != nil {
 		return err
 	}
-	return writeManifests(stdout, *output, out)
+	return writeManifests(stdout, *m.output, out)
+}
+
+// manifestFlags are the flags inject and uninject share: the manifests (-f), how to write them (-o) and the
+// kinds they do not know (--template-path).
+type manifestFlags struct {
+	file      string
+	output    *string
+	templates templatePaths
+}
+
+func (m *manifestFlags) register(fs *flag.FlagSet, fileUsage string) {
+	fs.StringVar(&m.file, "f", "", fileUsage)
+	m.output = cli.OutputFlag(fs)
+	m.templates.register(fs)
+}
+
+// check validates them once parsed: the manifests are required, the output format one the command has.
+func (m *manifestFlags) check(fs *flag.FlagSet) error {
+	if m.file == "" {
+		return cli.Usagef("give the manifests with -f FILE or -f -")
+	}
+	return cli.CheckOutput(fs, *m.output)
 }
 
 // writeManifests writes inject's YAML stream as it is (-o yaml: untouched documents byte for byte), or as
