@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/bench/kubelet"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // The peers' deployments, as their projects write them.
@@ -83,12 +84,11 @@ func egPod(bin string) podSpec {
 
 // freePort returns a port on 127.0.0.1 free a moment ago (the peer's sidecar cannot be handed a listener).
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports, err := testproc.FreePorts("127.0.0.1", 1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 // portFree reports an error if something on this machine already listens on 127.0.0.1:port.

@@ -239,7 +239,7 @@ func startOnFreePorts(ctx context.Context, host string, n int, start func(ports 
 	timeout time.Duration, ready func(context.Context) error) (*testproc.Proc, error) {
 	var p *testproc.Proc
 	for attempt := 1; ; attempt++ {
-		ports, err := freePorts(host, n)
+		ports, err := testproc.FreePorts(host, n)
 		if err != nil {
 			return p, err
 		}
@@ -251,20 +251,6 @@ func startOnFreePorts(ctx context.Context, host string, n int, start func(ports 
 			return p, err
 		}
 	}
-}
-
-// freePorts returns n distinct ports of the IP address host that were free a moment ago.
-func freePorts(host string, n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
-		if err != nil {
-			return nil, fmt.Errorf("finding a free port: %w", err)
-		}
-		defer l.Close() // held until all are chosen, so that they differ
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }
 
 // etcdHasMember asks etcd's JSON gateway for its member list and succeeds if it names name.

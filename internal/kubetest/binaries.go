@@ -125,7 +125,7 @@ func BinDirTB(tb testing.TB, names ...string) string {
 // cacheDir asks scripts/kube-binaries.sh where its cache is, so that the key (the pinned versions) is computed in
 // one place.
 func cacheDir() (string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -142,8 +142,8 @@ func cacheDir() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// repoRoot walks up from the working directory (a test's package directory) to the directory holding the script.
-func repoRoot() (string, error) {
+// RepoRoot walks up from the working directory (a test's package directory) to the directory holding the script.
+func RepoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", fmt.Errorf("finding the repository root: %w", err)

@@ -31,7 +31,7 @@ func PinnedVersion() (string, error) { return PinnedVersionOf(Line()) }
 
 // PinnedVersionOf returns the Kubernetes version line ("newest" or "oldest") pins.
 func PinnedVersionOf(line string) (string, error) {
-	root, err := repoRoot()
+	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}

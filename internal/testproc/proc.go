@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -186,6 +187,21 @@ func (p *Proc) LogEnd(n int) string {
 func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// FreePorts returns n distinct TCP ports of the IP address host that were free a moment ago: for a process that
+// takes its ports as flags (one a test cannot hand a listener), which retries its start if another took one since.
+func FreePorts(host string, n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("finding a free port: %w", err)
+		}
+		defer l.Close() // held until all are chosen, so that they differ
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
 }
 
 // signalGroup sends sig to the process group pgid; when the group no longer exists it returns os.ErrProcessDone.

@@ -226,7 +226,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 // binDir asks script (scripts/kube-binaries.sh, scripts/helm-binary.sh) where the named binaries are, so that the
 // cache key is computed in one place, and checks they are there.
 func binDir(flag string, names []string, script string) (string, error) {
-	root, err := repoRoot()
+	root, err := kubetest.RepoRoot()
 	if err != nil {
 		return "", err
 	}
@@ -241,21 +241,6 @@ func binDir(flag string, names []string, script string) (string, error) {
 		}
 	}
 	return dir, nil
-}
-
-func repoRoot() (string, error) {
-	d, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for ; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "scripts/kube-binaries.sh")); err == nil {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", errors.New("no scripts/kube-binaries.sh above the working directory")
-		}
-	}
 }
 
 // setUpNetwork creates the bridge with the node's address (the API server binds it before any pod exists), routes
@@ -293,12 +278,11 @@ func startProc(name, logPath string, env []string, path string, args ...string) 
 
 // freePort returns a port of host that was free a moment ago.
 func freePort(host string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	ports, err := testproc.FreePorts(host, 1)
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return ports[0], nil
 }
 
 func (c *Cluster) startManagers() error {
@@ -655,7 +639,7 @@ func (c *Cluster) stopNode(tb testing.TB) {
 		}
 	}
 	if out, err := exec.Command(filepath.Join(c.kubeBin, "kube-proxy"), "--cleanup").CombinedOutput(); err != nil {
-		tb.Logf("teardown: kube-proxy --cleanup: %v: %s", err, lastLines(string(out), 5))
+		tb.Logf("teardown: kube-proxy --cleanup: %v: %s", err, testproc.LastLines(string(out), 5))
 	}
 	c.kubeProxy.Stop(5 * time.Second)
 	c.kubelet.Stop(10 * time.Second)
@@ -859,14 +843,6 @@ func poll(ctx context.Context, timeout time.Duration, f func() error) error {
 		case <-tick.C:
 		}
 	}
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // importImages writes the node's own images (the test upstream, the sandbox's pause, Envoy) as one docker archive

@@ -36,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testproc"
 )
 
 // edgeLabel marks the nodes Contour's DaemonSet runs on (its nodeSelector: edgeLabel=true).
@@ -212,7 +213,7 @@ func checkNoShell(ctx context.Context, t *testing.T, c *Cluster, ns, pod string)
 	if err == nil {
 		t.Fatalf("Envoy's container in %s has a shell: /bin/sh ran", pod)
 	}
-	t.Logf("Envoy's container has no shell: exec /bin/sh: %v: %s", err, lastLines(strings.TrimSpace(out), 1))
+	t.Logf("Envoy's container has no shell: exec /bin/sh: %v: %s", err, testproc.LastLines(strings.TrimSpace(out), 1))
 }
 
 // runContourFleet runs one of contourFleetScenarios (see the file's comment).

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/webhook"
 )
@@ -146,7 +147,7 @@ type row struct {
 func TestE2E(t *testing.T) {
 	began := time.Now()
 	ctx := interrupted
-	root, err := repoRoot()
+	root, err := kubetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

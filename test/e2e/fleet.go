@@ -325,7 +325,7 @@ func (n *Node) teardown(tb testing.TB) {
 	_, _ = c.kubectl(ctx, "delete", "node", n.Name, "--wait=false")
 	var errs []error
 	errs = append(errs, unmountUnder(n.Dir)...)
-	errs = append(errs, n.removeCgroups()...)
+	errs = append(errs, n.removeCgroups(ctx)...)
 	for _, s := range [][]string{
 		{"iptables", "-w", "-D", "FORWARD", "-i", n.veth, "-o", Bridge, "-j", "ACCEPT"},
 		{"iptables", "-w", "-D", "FORWARD", "-i", Bridge, "-o", n.veth, "-j", "ACCEPT"},
@@ -347,25 +347,22 @@ func (n *Node) teardown(tb testing.TB) {
 }
 
 // removeCgroups removes the node's cgroup root in every hierarchy, deepest first.
-func (n *Node) removeCgroups() []error {
+func (n *Node) removeCgroups(ctx context.Context) []error {
 	var errs []error
 	// A process still in the node's cgroups (a container nothing ended) is killed by its PID first.
-	_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/pids", n.cgroup), func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
-			return nil
-		}
-		b, _ := os.ReadFile(p)
-		for _, f := range strings.Fields(string(b)) {
-			pid, _ := strconv.Atoi(f)
-			if pid > 0 {
-				errs = append(errs, fmt.Errorf("process %d was left in %s: killed", pid, filepath.Dir(p)))
-				_ = syscall.Kill(pid, syscall.SIGKILL)
+	for pid, cg := range n.cgroupProcs() {
+		errs = append(errs, fmt.Errorf("process %d was left in %s: killed", pid, cg))
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if len(errs) > 0 { // the kernel empties the cgroups of the killed processes once they have exited
+		if err := poll(ctx, 5*time.Second, func() error {
+			if left := n.cgroupProcs(); len(left) > 0 {
+				return fmt.Errorf("processes still in the node's cgroups: %v", left)
 			}
+			return nil
+		}); err != nil {
+			errs = append(errs, err)
 		}
-		return nil
-	})
-	if len(errs) > 0 {
-		time.Sleep(time.Second) // the kernel empties the cgroups of the killed processes
 	}
 	// Every hierarchy, the unified one too: kubelet makes its cgroups there as well on this hybrid layout.
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*")
@@ -386,6 +383,24 @@ func (n *Node) removeCgroups() []error {
 		}
 	}
 	return errs
+}
+
+// cgroupProcs returns the processes in the node's cgroups of the pids hierarchy, each with its cgroup.
+func (n *Node) cgroupProcs() map[int]string {
+	procs := map[int]string{}
+	_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/pids", n.cgroup), func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() != "cgroup.procs" {
+			return nil
+		}
+		b, _ := os.ReadFile(p)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, _ := strconv.Atoi(f); pid > 0 {
+				procs[pid] = filepath.Dir(p)
+			}
+		}
+		return nil
+	})
+	return procs
 }
 
 // Dial opens a connection from inside the node's network namespace: its traffic to a ClusterIP goes through the

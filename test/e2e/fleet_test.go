@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubetest"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -112,7 +113,7 @@ func TestFleet(t *testing.T) {
 		t.Skip("the fleet runs with make e2e-fleet (E2E_FLEET=1)")
 	}
 	ctx := interrupted
-	root, err := repoRoot()
+	root, err := kubetest.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
