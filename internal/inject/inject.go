@@ -431,7 +431,7 @@ func (r envoyRef) in(spec *corev1.PodSpec) *corev1.Container {
 }
 
 // findEnvoy finds Envoy's container among the pod's containers and native sidecars: the one named name when
-// it is given, else the one container that is named envoy or runs Envoy's image. Several such containers
+// it is given, else the one container that is named envoy or runs Envoy's image and is no peer's manager. Several such containers
 // are an error naming them all: inject drains one Envoy per pod, and must not leave another one silently
 // undrained.
 func findEnvoy(spec *corev1.PodSpec, name string) (envoyRef, error) {
@@ -459,7 +459,9 @@ func findEnvoy(spec *corev1.PodSpec, name string) (envoyRef, error) {
 	}
 	var found []int
 	for i, c := range cs {
-		if IsEnvoyContainer(c.Name, c.Image) {
+		// A peer's shutdown manager is never the Envoy to drain, whatever its image is named (a mirror may call
+		// Envoy Gateway's …/envoy-gateway): the takeover replaces it, and without the opt-in it is refused by name.
+		if p, _ := managerOf(*c); p == "" && IsEnvoyContainer(c.Name, c.Image) {
 			found = append(found, i)
 		}
 	}

@@ -130,6 +130,48 @@ func TestTakeoverPeers(t *testing.T) {
 	}
 }
 
+// TestTakeoverMirroredManagerImage: a peer's manager whose image a mirror names like Envoy's
+// (mirror.example.com/envoy-gateway) is the peer's manager still, not a second Envoy: refused by name without the
+// opt-in, taken over with it. (make e2e's first run of the Envoy Gateway page named the controller's image so, and
+// the webhook refused the pod: "2 Envoy containers".)
+func TestTakeoverMirroredManagerImage(t *testing.T) {
+	renamed := 0
+	for _, w := range peers.Workloads(t) {
+		if w.EnvoyRefuses() {
+			continue
+		}
+		mirror := func(spec *corev1.PodSpec) {
+			for i, c := range spec.Containers {
+				if p, _ := managerOf(c); p != "" {
+					spec.Containers[i].Image = "mirror.example.com/envoy-" + string(p) + ":v1"
+					renamed++
+				}
+			}
+		}
+		meta, spec := podOf(t, w, decodeWorkload(t, w))
+		mirror(spec)
+		if err := Inject(meta, spec, Config{Image: "x"}); !errors.Is(err, ErrPeerManager) {
+			t.Errorf("%s, its manager's image named like Envoy's, without takeover: got %v, want ErrPeerManager", w.Source, err)
+		}
+		before := decodeSpec(t, w)
+		mirror(before)
+		meta, spec = podOf(t, w, decodeWorkload(t, w))
+		mirror(spec)
+		if err := Inject(meta, spec, Config{Image: "x", Takeover: true}); err != nil {
+			t.Errorf("%s, its manager's image named like Envoy's, taken over: %v", w.Source, err)
+			continue
+		}
+		wantAdmin := map[string]string{"contour": "unix:///admin/admin.sock", "envoy-gateway": "http://127.0.0.1:19000"}[w.Peer]
+		if strings.HasSuffix(w.Source, "/ipv6.yaml#1") {
+			wantAdmin = "http://[::1]:19000"
+		}
+		checkTakenOver(t, before, spec, wantAdmin)
+	}
+	if renamed == 0 {
+		t.Fatal("no peer's manager container found to rename")
+	}
+}
+
 // checkTakenOver: no peer container or hook is left; Envoy's preStop is ours and drains the peer's admin address;
 // every container but Envoy and every volume the pod had is there unchanged, Envoy changed only where inject
 // changes it, and the grace period is the pod's.
