@@ -26,6 +26,12 @@
 # of its packages with that kube-apiserver: the module's comment), with the same flags and under the same lock, into
 # <cache>/contour-<version>-<key>/bin; --print-contour-dir prints that directory.
 #
+# With --envoy-gateway it builds Envoy Gateway's `envoy-gateway` (its controller, certgen and its own shutdown
+# manager: the e2e's run of docs/migrate-envoy-gateway.md) from its own tools module, tools/envoy-gateway/go.mod
+# (Envoy Gateway builds on other k8s.io/* versions than either Kubernetes line), into
+# <cache>/envoy-gateway-<version>-<key>/bin; --print-envoy-gateway-dir prints that directory. Nothing in that row is
+# timed: it is built as the oldest line is, without the compiler's optimizations (oldest_gcflags).
+#
 # Each build writes into a temporary directory beside bin/ and renames the finished binaries into bin/, so an
 # interrupted build never leaves a half-written binary in the cache; a concurrent run waits on a lock instead of
 # building the same thing twice. Cold, kube-apiserver + kubectl + etcd take minutes (see docs/development.md); warm, nothing.
@@ -37,7 +43,7 @@ main() {
   local root tools binaries k8s_version etcd_version cache dir bin todo b ldflags start out
   root=$(cd "$(dirname "$0")/.." && pwd)
   cache=${KUBE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/shutdown-manager/kube}
-  local containerd_version contour_version gcflags=-dwarf=false lockdir
+  local containerd_version contour_version eg_version gcflags=-dwarf=false lockdir goenv=()
   case ${1:-} in
   --tools-key)
     tools_key "$root/tools"
@@ -62,6 +68,22 @@ main() {
     lockdir=$(oldest_dir "$root" "$cache")
     # Contour's own Makefile stamps these (internal/build); `contour version` prints them.
     ldflags="-s -w -X github.com/projectcontour/contour/internal/build.Version=$contour_version"
+    ;;
+  --envoy-gateway | --print-envoy-gateway-dir)
+    tools=$root/tools/envoy-gateway
+    eg_version=$(required_version "$tools/go.mod" github.com/envoyproxy/gateway)
+    if [ -z "$eg_version" ]; then
+      echo "kube-binaries: no github.com/envoyproxy/gateway version in $tools/go.mod" >&2
+      return 1
+    fi
+    binaries=envoy-gateway
+    dir=$cache/envoy-gateway-$eg_version-$(tools_key "$tools")
+    gcflags=$oldest_gcflags
+    # Envoy Gateway needs a newer Go than this project's go line (its go.mod: go 1.26.7), which CI's setup-go
+    # installs with GOTOOLCHAIN=local: auto fetches that toolchain from the module proxy where the local Go is older.
+    goenv=(GOTOOLCHAIN=auto)
+    # Envoy Gateway's own Makefile stamps its version (internal/cmd/version); `envoy-gateway version` prints it.
+    ldflags="-s -w -X github.com/envoyproxy/gateway/internal/cmd/version.envoyGatewayVersion=$eg_version"
     ;;
   --containerd | --print-containerd-dir)
     tools=$root/tools/containerd
@@ -100,7 +122,7 @@ main() {
     ;;
   esac
   bin=$dir/bin
-  if [ "${1:-}" = --print-dir ] || [ "${1:-}" = --print-containerd-dir ] || [ "${1:-}" = --print-contour-dir ]; then
+  if [ "${1:-}" = --print-dir ] || [ "${1:-}" = --print-containerd-dir ] || [ "${1:-}" = --print-contour-dir ] || [ "${1:-}" = --print-envoy-gateway-dir ]; then
     echo "$bin"
     return 0
   fi
@@ -128,14 +150,14 @@ main() {
   tmp=$(mktemp -d "$dir/.build.XXXXXX") # global: the EXIT trap runs after main has returned
   trap 'rm -rf "$tmp"' EXIT
   trap 'exit 130' INT TERM # so that the EXIT trap runs on these too
-  echo "kube-binaries: building" $todo "(${containerd_version:+containerd $containerd_version}${contour_version:+contour $contour_version}${k8s_version:+kubernetes $k8s_version, etcd $etcd_version}) into $bin" >&2
+  echo "kube-binaries: building" $todo "(${containerd_version:+containerd $containerd_version}${contour_version:+contour $contour_version}${eg_version:+envoy-gateway $eg_version}${k8s_version:+kubernetes $k8s_version, etcd $etcd_version}) into $bin" >&2
   start=$SECONDS
   # -dwarf=false: the compiler writes no debug information, which -s -w would strip from the binaries anyway; the
   # same binaries for 16% less CPU (k8s.io/apiserver/pkg/server cold: 426 -> 360 CPU-s, measured here). Cold, these
   # builds are most of make test's critical path (docs/development.md).
   (
     cd "$tools"
-    GOGC=$build_gogc GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags=all="$gcflags" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
+    env "${goenv[@]}" GOGC="$build_gogc" GOWORK=off CGO_ENABLED=0 go build -trimpath -gcflags=all="$gcflags" -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}"
   )
   for b in $todo; do
     out=$b
@@ -239,6 +261,7 @@ package_of() {
     etcd) echo go.etcd.io/etcd/server/v3 ;;
     containerd | containerd-shim-runc-v2 | ctr) echo "github.com/containerd/containerd/v2/cmd/$1" ;;
     contour) echo github.com/projectcontour/contour/cmd/contour ;;
+    envoy-gateway) echo github.com/envoyproxy/gateway/cmd/envoy-gateway ;;
     kube-apiserver | kube-controller-manager | kube-scheduler | kube-proxy | kubelet | kubectl)
       echo "k8s.io/kubernetes/cmd/$1" ;;
     *) echo "kube-binaries: unknown binary $1" >&2; return 1 ;;

@@ -43,7 +43,7 @@ func BinDir(names ...string) (string, error) {
 		from = "cache"
 	}
 	missing := missingIn(dir, names)
-	if len(missing) > 0 && from == "cache" && awaitBuild(dir, missing, os.Stderr) {
+	if len(missing) > 0 && from == "cache" && AwaitBuild(dir, missing, os.Stderr) {
 		missing = missingIn(dir, names)
 	}
 	if len(missing) > 0 {
@@ -73,10 +73,10 @@ func missingIn(dir string, names []string) []string {
 // 1,519 s beside make test's other lanes on 2 CPUs (docs/development.md); make integration's alarm (60m) covers it.
 const buildWait = 40 * time.Minute
 
-// awaitBuild waits while scripts/kube-binaries.sh builds into the cache directory bin is in (it holds that
+// AwaitBuild waits while scripts/kube-binaries.sh builds into the cache directory bin is in (it holds that
 // directory's lock while it builds): `make test` builds the binaries beside the tiers that need none, and a test
 // that needs them waits for them rather than failing. It says on log that it waits, and reports whether it did.
-func awaitBuild(bin string, missing []string, log io.Writer) bool {
+func AwaitBuild(bin string, missing []string, log io.Writer) bool {
 	f, err := os.Open(filepath.Join(filepath.Dir(bin), ".lock"))
 	if err != nil {
 		return false // no build has ever run here

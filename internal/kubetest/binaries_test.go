@@ -17,14 +17,14 @@ func TestAwaitBuild(t *testing.T) {
 	if err := os.Mkdir(bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if awaitBuild(bin, []string{"etcd"}, io.Discard) {
+	if AwaitBuild(bin, []string{"etcd"}, io.Discard) {
 		t.Fatal("waited without a lock file")
 	}
 	lock, err := os.Create(filepath.Join(dir, ".lock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if awaitBuild(bin, []string{"etcd"}, io.Discard) {
+	if AwaitBuild(bin, []string{"etcd"}, io.Discard) {
 		t.Fatal("waited on a lock nobody holds")
 	}
 	// What the script does: flock 9 (exclusive) on the lock, build, move the binary in, exit (the lock goes).
@@ -34,13 +34,13 @@ func TestAwaitBuild(t *testing.T) {
 	r, w := io.Pipe()
 	waited := make(chan bool)
 	go func() {
-		ok := awaitBuild(bin, []string{"etcd"}, w)
+		ok := AwaitBuild(bin, []string{"etcd"}, w)
 		w.Close()
 		waited <- ok
 	}()
 	// Once it says it waits, the build ends: the binary moved in, the lock released.
 	if _, err := bufio.NewReader(r).ReadString('\n'); err != nil {
-		t.Fatalf("awaitBuild returned while the build held the lock, without saying it waits: %v", err)
+		t.Fatalf("AwaitBuild returned while the build held the lock, without saying it waits: %v", err)
 	}
 	go io.Copy(io.Discard, r)
 	if err := os.WriteFile(filepath.Join(bin, "etcd"), []byte("#!/bin/sh\n"), 0o755); err != nil {
@@ -48,7 +48,7 @@ func TestAwaitBuild(t *testing.T) {
 	}
 	lock.Close()
 	if !<-waited {
-		t.Error("awaitBuild said it waited, then that it did not")
+		t.Error("AwaitBuild said it waited, then that it did not")
 	}
 	if m := missingIn(bin, []string{"etcd"}); len(m) != 0 {
 		t.Errorf("missing after the build: %v", m)

@@ -224,7 +224,7 @@ func StartCluster(ctx context.Context, tb testing.TB, root string) *Cluster {
 }
 
 // binDir asks script (scripts/kube-binaries.sh, scripts/helm-binary.sh) where the named binaries are, so that the
-// cache key is computed in one place, and checks they are there.
+// cache key is computed in one place, and checks they are there, once a build of them in progress has ended.
 func binDir(flag string, names []string, script string) (string, error) {
 	root, err := kubetest.RepoRoot()
 	if err != nil {
@@ -235,10 +235,20 @@ func binDir(flag string, names []string, script string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w", script, flag, err)
 	}
 	dir := strings.TrimSpace(string(out))
-	for _, n := range names {
-		if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
-			return "", fmt.Errorf("no %s in %s: make e2e builds it (scripts/e2e.sh)", n, dir)
+	missing := func() (out []string) {
+		for _, n := range names {
+			if _, err := os.Stat(filepath.Join(dir, n)); err != nil {
+				out = append(out, n)
+			}
 		}
+		return out
+	}
+	// A build still running (scripts/e2e.sh starts the one the last row needs in the background) is waited for.
+	if m := missing(); len(m) > 0 && kubetest.AwaitBuild(dir, m, os.Stderr) {
+		m = missing()
+	}
+	if m := missing(); len(m) > 0 {
+		return "", fmt.Errorf("no %s in %s: make e2e builds it (scripts/e2e.sh)", strings.Join(m, ", "), dir)
 	}
 	return dir, nil
 }

@@ -252,7 +252,7 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 	checkContourPod(ctx, t, c, false)
 	probe("given back")
-	went := r.addDrain(ctx, t, c, takenOver[0], drains)
+	went := r.addDrain(ctx, t, c, contourNamespace, takenOver[0], drains)
 	reasons, failed := went.reasons, went.failedHooks
 	repo := "/v2/" + strings.TrimPrefix(kubecli.ReleaseRepository, "ghcr.io/") + "/"
 	r.pulls = "the page's image, " + pageImage + ": " + c.Registry.pullSummary(repo)
@@ -291,9 +291,9 @@ func (d podDrain) drainedWithEvents() bool {
 		slices.Contains(d.reasons, "DrainStarted") && slices.Contains(d.reasons, "Drained")
 }
 
-// addDrain waits up to 10 s for f, the log of pod (in projectcontour) followed until the pod went, to end, reads
+// addDrain waits up to 10 s for f, the log of pod (in namespace ns) followed until the pod went, to end, reads
 // what the pod left and adds it to r (drain, events, failedHooks).
-func (r *row) addDrain(ctx context.Context, t *testing.T, c *Cluster, pod string, f *logFollower) podDrain {
+func (r *row) addDrain(ctx context.Context, t *testing.T, c *Cluster, ns, pod string, f *logFollower) podDrain {
 	t.Helper()
 	select {
 	case <-f.done:
@@ -301,8 +301,8 @@ func (r *row) addDrain(ctx context.Context, t *testing.T, c *Cluster, pod string
 	}
 	d := podDrain{
 		drain:       f.drainResults(),
-		reasons:     podEventReasons(ctx, t, c, contourNamespace, pod),
-		failedHooks: hookFailures(ctx, t, c, contourNamespace, pod),
+		reasons:     podEventReasons(ctx, t, c, ns, pod),
+		failedHooks: hookFailures(ctx, t, c, ns, pod),
 	}
 	r.drain = append(r.drain, d.drain...)
 	r.events = append(r.events, pod+": "+strings.Join(d.reasons, ", "))

@@ -140,7 +140,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 
 	var missing, failed []string
 	for i, pod := range []string{byLabel[0], byAnnotation[0]} {
-		went := r.addDrain(ctx, t, c, pod, drains[i])
+		went := r.addDrain(ctx, t, c, contourNamespace, pod, drains[i])
 		if !went.drainedWithEvents() {
 			missing = append(missing, pod)
 		}

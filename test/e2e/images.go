@@ -56,7 +56,7 @@ var imageTime = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // file is one file of an image layer.
 type file struct {
-	path string // absolute, in the image
+	path string // absolute, in the image; ending in "/", a directory (data nil)
 	data []byte
 	mode int64
 }
@@ -226,8 +226,10 @@ func newImage(files []file, entrypoint, env []string) (v1.Image, error) {
 	tw := tar.NewWriter(&buf)
 	dirs := map[string]bool{}
 	for _, f := range files {
+		dir := strings.HasSuffix(f.path, "/") // a directory of its own mode (a /tmp)
+		path := strings.TrimSuffix(f.path, "/")
 		var parents []string
-		for d := filepath.Dir(f.path); d != "/" && !dirs[d]; d = filepath.Dir(d) {
+		for d := filepath.Dir(path); d != "/" && !dirs[d]; d = filepath.Dir(d) {
 			dirs[d] = true
 			parents = append([]string{d}, parents...)
 		}
@@ -235,6 +237,13 @@ func newImage(files []file, entrypoint, env []string) (v1.Image, error) {
 			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, ModTime: imageTime}); err != nil {
 				return nil, err
 			}
+		}
+		if dir {
+			dirs[path] = true
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(path, "/") + "/", Mode: f.mode, ModTime: imageTime}); err != nil {
+				return nil, err
+			}
+			continue
 		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(f.path, "/"), Mode: f.mode, Size: int64(len(f.data)), ModTime: imageTime}); err != nil {
 			return nil, err

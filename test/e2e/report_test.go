@@ -95,8 +95,11 @@ func writeReport(path string, c *Cluster, rows []row, took time.Duration) error 
 		b.WriteString("pod it ended logged one drain finished `drained`.\n")
 	}
 	writeRegistrySection(&b, c, rows)
-	if len(peerRows) > 0 {
-		writeContourSection(&b, peerRows)
+	if rows := peerRowsOf(peerRows, "contour"); len(rows) > 0 {
+		writeContourSection(&b, rows)
+	}
+	if rows := peerRowsOf(peerRows, egPageScenario.peer); len(rows) > 0 {
+		writeEGSection(&b, rows)
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
@@ -165,6 +168,11 @@ func writeContourSection(b *strings.Builder, rows []row) {
 		b.WriteString("pods drain with our drain (`drained`, DrainStarted and Drained) and going back (the label removed, a restart) gives\n")
 		b.WriteString("Contour's pod back. Not under load, as the row above.\n\n")
 	}
+	writePeerTable(b, rows)
+}
+
+// writePeerTable is the table of a peer's rows.
+func writePeerTable(b *strings.Builder, rows []row) {
 	b.WriteString("| scenario | manager | action | sent | failed | failed by kind | p99 | drain (our log) | FailedPreStopHook | Events per pod | time to go | idle pool (fin/rst/other/open) | result |\n")
 	b.WriteString("|---|---|---|---:|---:|---|---:|---|---|---|---|---|---|\n")
 	for _, r := range rows {
@@ -172,6 +180,8 @@ func writeContourSection(b *strings.Builder, rows []row) {
 		switch {
 		case r.scenario.action == "page":
 			mgr = "the page's `inject --takeover`, then `uninject`"
+		case r.scenario.action == "page-webhook" && r.scenario.peer == egPageScenario.peer:
+			mgr = "the page's webhook (`helm install`), the takeover asked for in the EnvoyProxy, then for the namespace"
 		case r.scenario.action == "page-webhook":
 			mgr = "the page's webhook (`helm install`, takeover), then its annotation"
 		case r.scenario.inject != nil:
@@ -186,6 +196,35 @@ func writeContourSection(b *strings.Builder, rows []row) {
 			strings.Join(r.drain, "; "), cell(hooks), cell(strings.Join(r.events, "; ")), r.note,
 			r.idle.FIN, r.idle.RST, r.idle.Other, r.idle.Open, r.result())
 	}
+}
+
+// peerRowsOf returns the rows of rows whose peer is peer.
+func peerRowsOf(rows []row, peer string) []row {
+	var out []row
+	for _, r := range rows {
+		if r.scenario.peer == peer {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// writeEGSection is the report's part on Envoy Gateway's pod (eg_page_test.go): its migration page as a user runs it.
+func writeEGSection(b *strings.Builder, rows []row) {
+	b.WriteString("\n## Envoy Gateway's Envoy pod (" + peers.EnvoyGatewayModule + "@" + peers.EnvoyGatewayVersion + ")\n\n")
+	b.WriteString("`" + egPageScenario.name + "`: " + egPage + "'s section " + egWebhookSection + " as a user runs it (test/e2e/eg_page_test.go),\n")
+	b.WriteString("last and alone, against the whole of Envoy Gateway: its controller built from the Go module proxy (`scripts/kube-binaries.sh\n")
+	b.WriteString("--envoy-gateway`, image " + egImage + "), installed by Helm from its module's chart (its CRDs, certgen Job, RBAC; the values\n")
+	b.WriteString("file its release writes), a GatewayClass pointing at the page's EnvoyProxy, a Gateway and an HTTPRoute to the e2e's\n")
+	b.WriteString("upstream; Envoy Gateway renders the Envoy Deployment and configures Envoy over xDS. The page's first `helm install`\n")
+	b.WriteString("(this run's images pushed under its ghcr.io names and tag) and its EnvoyProxy applied: Envoy Gateway rolls its\n")
+	b.WriteString("Deployment and the new pod must be taken over at admission; going back (the EnvoyProxy without the label and the\n")
+	b.WriteString("annotation) rolls it again, and the taken-over pod must drain with our drain (`drained`, DrainStarted and Drained);\n")
+	b.WriteString("then the page's second `helm install` (the takeover for the namespace) and its label: the next pod must be taken\n")
+	b.WriteString("over. Test's own: the e2e's release uninstalled before each install, the Gateway's EnvoyProxy (Envoy's image by\n")
+	b.WriteString("repository, since Envoy Gateway's default is pinned by digest; a ClusterIP Service), the pod deleted after the label.\n")
+	b.WriteString("Not under load: its requests are the checks that Envoy serves the route as shipped, taken over and given back.\n\n")
+	writePeerTable(b, rows)
 }
 
 // result is a row's result column: "pass", "FAIL", or "reported" for a row whose figures have no pass or fail of
