@@ -329,10 +329,19 @@ func contourUp(ctx context.Context, t *testing.T, c *Cluster, sh pageShell, r *r
 	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 	applyText(ctx, t, c, UpstreamNamespace, pageIngress)
 	addr := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", contourNamespace, "get", "service", "envoy", "-o", "jsonpath={.spec.clusterIP}")) + ":80"
-	probe = func(when string) {
+	probe = serves(ctx, t, addr, r, "Contour's Envoy does not serve the Ingress", func() string { return contourState(ctx, c) })
+	probe("as shipped")
+	t.Logf("Contour %s up, its Envoy serving over xDS, %s after its install", peers.ContourVersion, time.Since(began).Round(time.Millisecond))
+	return probe
+}
+
+// serves returns probe: it fails t unless addr answers (what and state() say why not), then sends a second of
+// requests on one keep-alive connection, counted in r, and reports any that failed.
+func serves(ctx context.Context, t *testing.T, addr string, r *row, what string, state func() string) (probe func(when string)) {
+	return func(when string) {
 		t.Helper()
 		if err := waitOK(ctx, addr); err != nil {
-			t.Fatalf("%s: Contour's Envoy does not serve the Ingress through %s: %v\n%s", when, addr, err, contourState(ctx, c))
+			t.Fatalf("%s: %s through %s: %v\n%s", when, what, addr, err, state())
 		}
 		res := testbed.KeepAlive(ctx, addr, 1, 0, "/")
 		time.AfterFunc(time.Second, res.Drain)
@@ -343,9 +352,6 @@ func contourUp(ctx context.Context, t *testing.T, c *Cluster, sh pageShell, r *r
 			t.Errorf("%s: %s", when, sum)
 		}
 	}
-	probe("as shipped")
-	t.Logf("Contour %s up, its Envoy serving over xDS, %s after its install", peers.ContourVersion, time.Since(began).Round(time.Millisecond))
-	return probe
 }
 
 // contourState is what tells why Contour's Envoy serves nothing: the ends of the controller's and Envoy's logs,
@@ -467,20 +473,7 @@ func importContourPageImages(ctx context.Context, t *testing.T, c *Cluster, cont
 	if out, err := c.ctr(ctx, "images", "ls", "-q"); err == nil && slices.Contains(strings.Fields(out), contourRef) && slices.Contains(strings.Fields(out), envoyRef) {
 		return envoyRef + " (imported before)" // by the other page's row
 	}
-	bins, err := testbed.FindBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var envoy testbed.Binary
-	for _, b := range bins {
-		if strings.HasPrefix(b.Version, line[1]+".") {
-			envoy = b
-			break
-		}
-	}
-	if envoy.Path == "" {
-		t.Fatalf("no pinned Envoy of the %s line (test/envoy-versions.txt), which Contour's %s is", line[1], envoyRef)
-	}
+	envoy := pinnedEnvoy(t, line[1], "Contour's "+envoyRef)
 	contourImg, err := contourImageOf(contour)
 	if err != nil {
 		t.Fatal(err)
@@ -489,22 +482,46 @@ func importContourPageImages(ctx context.Context, t *testing.T, c *Cluster, cont
 	if err != nil {
 		t.Fatal(err)
 	}
+	importNamed(ctx, t, c, "contour-page-images.tar", map[string]v1.Image{contourRef: contourImg, envoyRef: envoyImg})
+	return fmt.Sprintf("%s holding Envoy %s", envoyRef, envoy.Version)
+}
+
+// pinnedEnvoy returns the pinned Envoy (test/envoy-versions.txt) of line ("1.39"), which what names: it fails t
+// when none of that line is pinned.
+func pinnedEnvoy(t *testing.T, line, what string) testbed.Binary {
+	t.Helper()
+	bins, err := testbed.FindBinaries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range bins {
+		if strings.HasPrefix(b.Version, line+".") {
+			return b
+		}
+	}
+	t.Fatalf("no pinned Envoy of the %s line (test/envoy-versions.txt), which %s is", line, what)
+	return testbed.Binary{}
+}
+
+// importNamed writes imgs, by the names they are keyed by, as one docker archive file in the cluster's directory
+// and imports it into the node's containerd.
+func importNamed(ctx context.Context, t *testing.T, c *Cluster, file string, imgs map[string]v1.Image) {
+	t.Helper()
 	refs := map[name.Reference]v1.Image{}
-	for ref, img := range map[string]v1.Image{contourRef: contourImg, envoyRef: envoyImg} {
+	for ref, img := range imgs {
 		tag, err := name.NewTag(ref)
 		if err != nil {
 			t.Fatal(err)
 		}
 		refs[tag] = img
 	}
-	archive := filepath.Join(c.Dir, "contour-page-images.tar")
+	archive := filepath.Join(c.Dir, file)
 	if err := tarball.MultiRefWriteToFile(archive, refs); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
-		t.Fatalf("importing Contour's images: %v: %s", err, out)
+		t.Fatalf("importing %s: %v: %s", file, err, out)
 	}
-	return fmt.Sprintf("%s holding Envoy %s", envoyRef, envoy.Version)
 }
 
 // goBuildRelease builds the main package pkg as a static Linux binary of release version at out, as a release's

@@ -146,19 +146,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 		}
 		failed = append(failed, went.failedHooks...)
 	}
-	var pulls []string
-	for _, img := range []string{podImage, clusterImage} {
-		repo, tag, _ := strings.Cut(strings.TrimPrefix(img, "ghcr.io/"), ":")
-		p, err := c.Registry.pulls("/v2/" + repo + "/manifests/" + tag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.heads+p.manifests == 0 {
-			t.Errorf("the registry's log has no resolution of %s by containerd", img)
-		}
-		pulls = append(pulls, img+": "+c.Registry.pullSummary("/v2/"+repo+"/manifests/"+tag))
-	}
-	r.pulls = strings.Join(pulls, "; ")
+	r.pulls = pagePulls(t, c, podImage, clusterImage)
 	r.note = "the pod taken over by the annotation gone after " + r.gone.Round(100*time.Millisecond).String() + " going back"
 	t.Logf("%s: drains %q; events %q; FailedPreStopHook %q; webhook calls failed open: %v; pulls: %s", r.scenario.name, r.drain, r.events, failed, failedOpen, r.pulls)
 	switch {
@@ -174,6 +162,25 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 		r.pass = true
 	}
 	return r
+}
+
+// pagePulls returns what the registry's log says containerd pulled of each of imgs (ghcr.io names, mirrorGHCR's),
+// and fails t for one it never resolved.
+func pagePulls(t *testing.T, c *Cluster, imgs ...string) string {
+	t.Helper()
+	var pulls []string
+	for _, img := range imgs {
+		repo, tag, _ := strings.Cut(strings.TrimPrefix(img, "ghcr.io/"), ":")
+		p, err := c.Registry.pulls("/v2/" + repo + "/manifests/" + tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.heads+p.manifests == 0 {
+			t.Errorf("the registry's log has no resolution of %s by containerd", img)
+		}
+		pulls = append(pulls, img+": "+c.Registry.pullSummary("/v2/"+repo+"/manifests/"+tag))
+	}
+	return strings.Join(pulls, "; ")
 }
 
 // checkPageImages checks that the taken-over pod runs podImage (checkInitImage) and the page's webhook runs

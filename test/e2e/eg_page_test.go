@@ -38,15 +38,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/doctable"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/kubecli"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/peers"
-	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
 // egPageScenario is the page's job: a row of its own, run last (it replaces the e2e's release of the chart).
@@ -242,19 +239,7 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	probe("taken over through the namespace's label")
 	failedOpen := failOpenCount(ctx, t, c) - failOpen
 
-	var pulls []string
-	for _, img := range []string{podImage, clusterImage} {
-		repo, tag, _ := strings.Cut(strings.TrimPrefix(img, "ghcr.io/"), ":")
-		p, err := c.Registry.pulls("/v2/" + repo + "/manifests/" + tag)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.heads+p.manifests == 0 {
-			t.Errorf("the registry's log has no resolution of %s by containerd", img)
-		}
-		pulls = append(pulls, img+": "+c.Registry.pullSummary("/v2/"+repo+"/manifests/"+tag))
-	}
-	r.pulls = strings.Join(pulls, "; ")
+	r.pulls = pagePulls(t, c, podImage, clusterImage)
 	r.note = fmt.Sprintf("Envoy Gateway %s, its Envoy %s; the pod taken over through the EnvoyProxy gone after %s going back",
 		peers.EnvoyGatewayVersion, envoyRef, r.gone.Round(100*time.Millisecond))
 	t.Logf("%s's %d commands and its EnvoyProxy ran as written against Envoy Gateway %s's controller and its Envoy (%s)", egPage, len(lines), peers.EnvoyGatewayVersion, envoyRef)
@@ -328,20 +313,7 @@ func egUp(ctx context.Context, t *testing.T, c *Cluster, sh pageShell, r *row) (
 		t.Fatalf("Envoy Gateway's Envoy: %v\n%s\n%s", err, out, egState(ctx, c))
 	}
 	addr := strings.TrimSpace(mustKubectl(ctx, t, c, "-n", egNamespace, "get", "service", deployment, "-o", "jsonpath={.spec.clusterIP}")) + ":80"
-	probe = func(when string) {
-		t.Helper()
-		if err := waitOK(ctx, addr); err != nil {
-			t.Fatalf("%s: Envoy Gateway's Envoy does not serve the HTTPRoute through %s: %v\n%s", when, addr, err, egState(ctx, c))
-		}
-		res := testbed.KeepAlive(ctx, addr, 1, 0, "/")
-		time.AfterFunc(time.Second, res.Drain)
-		sum := res.Wait()
-		r.sent += int64(sum.OK + sum.Failed)
-		r.failed += int64(sum.Failed)
-		if sum.Failed > 0 {
-			t.Errorf("%s: %s", when, sum)
-		}
-	}
+	probe = serves(ctx, t, addr, r, "Envoy Gateway's Envoy does not serve the HTTPRoute", func() string { return egState(ctx, c) })
 	probe("as shipped")
 	t.Logf("Envoy Gateway %s up, its Envoy (%s, Deployment %s) serving over xDS, %s after its install", peers.EnvoyGatewayVersion, img, deployment, time.Since(began).Round(time.Millisecond))
 	return probe, deployment
@@ -437,20 +409,7 @@ func importEGImages(ctx context.Context, t *testing.T, c *Cluster, bin string) s
 		t.Fatalf("%s: no DefaultEnvoyProxyImage of %s", filepath.Join(mod, "api/v1alpha1/shared_types.go"), egEnvoyRepository)
 	}
 	envoyRef := egEnvoyRepository + ":" + m[1]
-	bins, err := testbed.FindBinaries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var envoy testbed.Binary
-	for _, b := range bins {
-		if strings.HasPrefix(b.Version, m[2]+".") {
-			envoy = b
-			break
-		}
-	}
-	if envoy.Path == "" {
-		t.Fatalf("no pinned Envoy of the %s line (test/envoy-versions.txt), which Envoy Gateway's default %s is", m[2], envoyRef)
-	}
+	envoy := pinnedEnvoy(t, m[2], "Envoy Gateway's default "+envoyRef)
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
@@ -464,20 +423,6 @@ func importEGImages(ctx context.Context, t *testing.T, c *Cluster, bin string) s
 	if err != nil {
 		t.Fatal(err)
 	}
-	refs := map[name.Reference]v1.Image{}
-	for ref, img := range map[string]v1.Image{egImage: egImg, envoyRef: envoyImg} {
-		tag, err := name.NewTag(ref)
-		if err != nil {
-			t.Fatal(err)
-		}
-		refs[tag] = img
-	}
-	archive := filepath.Join(c.Dir, "eg-page-images.tar")
-	if err := tarball.MultiRefWriteToFile(archive, refs); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := c.ctr(ctx, "images", "import", archive); err != nil {
-		t.Fatalf("importing Envoy Gateway's images: %v: %s", err, out)
-	}
+	importNamed(ctx, t, c, "eg-page-images.tar", map[string]v1.Image{egImage: egImg, envoyRef: envoyImg})
 	return fmt.Sprintf("%s holding Envoy %s", envoyRef, envoy.Version)
 }
