@@ -53,6 +53,7 @@ var evidenceBlocks = map[string]evidenceBlock{
 	"lb-summary":            {e2eReportFile, renderLBSummary},
 	"lb-sessions":           {e2eReportFile, renderLBSessions},
 	"contour-e2e":           {e2eReportFile, renderContourE2E},
+	"eg-e2e":                {e2eReportFile, renderEGE2E},
 	"fleet-written":         {fleetReportFile, renderFleetWritten},
 	"fleet-scenarios":       {fleetReportFile, renderFleetScenarios},
 	"fleet-contour":         {fleetReportFile, renderFleetContour},
@@ -451,6 +452,33 @@ func renderContourE2E(text string) (string, error) {
 	}
 	if n == 0 {
 		return "", fmt.Errorf("no contour-* row in the report's Contour section")
+	}
+	return b.String(), nil
+}
+
+// renderEGE2E is docs/migrate-envoy-gateway.md's table: the report's rows of Envoy Gateway's pod on the real
+// kubelet (the run's date, then a row each).
+func renderEGE2E(text string) (string, error) {
+	rep, err := parseE2EReport(text)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n`make e2e`, run written %s: this page's section [With the webhook](#with-the-webhook) run as written against the\n", rep.written)
+	b.WriteString("whole of Envoy Gateway on the real kubelet, without load ([e2e.md](e2e.md#the-envoy-gateway-page)).\n\n")
+	b.WriteString("| scenario | manager | failed / sent | drain (the manager's log) | FailedPreStopHook | note | result |\n")
+	b.WriteString("|---|---|---:|---|---|---|---|\n")
+	n := 0
+	for _, r := range rep.rows {
+		if !strings.HasPrefix(r.name, "envoy-gateway-") || !r.peer {
+			continue
+		}
+		n++
+		hooks, _, _ := strings.Cut(r.hooks, " (")
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.setup, failedOfSent(r.failed, r.sent, r.kinds), r.drain, hooks, r.gone, r.result)
+	}
+	if n == 0 {
+		return "", fmt.Errorf("no envoy-gateway-* row in the report's Envoy Gateway section")
 	}
 	return b.String(), nil
 }
