@@ -205,6 +205,11 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	// The page, first way: the chart, then the takeover asked for in the EnvoyProxy the GatewayClass points at.
 	// Envoy Gateway rolls its Deployment; the shipped pod goes with Envoy Gateway's drain.
 	sh.run(ctx, t, lines[0].text)
+	// helm's --wait ends when the webhook's pods are ready; the API server reaches them through the release's new
+	// Service a moment later (kube-proxy's rules), and a pod created meanwhile is admitted without the takeover,
+	// failing open (a cold run here: "connect: connection refused" 0.4 s after the webhook's pods began serving). The
+	// page says to wait for it; the test waits until a probe pod comes back injected.
+	waitWebhookInjects(ctx, t, c)
 	sh.run(ctx, t, "kubectl apply -f envoy-proxy.yaml")
 	for _, p := range shipped {
 		waitGone(ctx, t, c, egNamespace, p)
@@ -229,6 +234,7 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	// The page, second way: the chart's takeover for the namespace, its label; the next pod is taken over.
 	uninstall()
 	sh.run(ctx, t, lines[1].text)
+	waitWebhookInjects(ctx, t, c)
 	checkTakeoverFlag(ctx, t, c, true)
 	sh.run(ctx, t, lines[2].text)
 	given := egPods(ctx, t, c)
