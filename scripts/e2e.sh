@@ -41,7 +41,7 @@ KUBE_BINARIES="etcd kube-apiserver kubectl kubelet kube-proxy kube-controller-ma
 ./scripts/registry-binary.sh >/dev/null # the OCI registry our image and chart are pulled from
 ./scripts/coredns-binary.sh >/dev/null # the cluster's DNS
 # Envoy Gateway's controller, for its migration page's row, which runs last: when it is not built yet, it builds
-# in the background at the lowest priority while the scenarios before that row run (cold, about 350 CPU-s, mostly
+# in the background at the lowest priority while the scenarios before that row run (cold, about 400 CPU-s, mostly
 # while the load-balancer rows leave the CPUs idle), and the row waits for it (kube-binaries.sh's lock). Its log is
 # bin/envoy-gateway-build.log; make e2e-fleet does not run it.
 mkdir -p bin
