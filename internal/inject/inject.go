@@ -431,9 +431,9 @@ func (r envoyRef) in(spec *corev1.PodSpec) *corev1.Container {
 }
 
 // findEnvoy finds Envoy's container among the pod's containers and native sidecars: the one named name when
-// it is given, else the one container that is named envoy or runs Envoy's image and is no peer's manager. Several such containers
-// are an error naming them all: inject drains one Envoy per pod, and must not leave another one silently
-// undrained.
+// it is given, else the one container that is named envoy or runs Envoy's image and is no peer's manager.
+// Several such containers are an error naming them all: inject drains one Envoy per pod, and must not leave
+// another one silently undrained.
 func findEnvoy(spec *corev1.PodSpec, name string) (envoyRef, error) {
 	var all []string
 	var refs []envoyRef
