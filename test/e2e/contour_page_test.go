@@ -240,7 +240,7 @@ func runContourPage(ctx context.Context, t *testing.T, c *Cluster, root, contour
 			}
 			mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 			checkContourPod(ctx, t, c, true)
-			checkInitImage(ctx, t, c, pageImage)
+			checkInitImage(ctx, t, c, contourNamespace, "app=envoy", pageImage)
 			probe("taken over")
 		}
 	}
@@ -408,12 +408,12 @@ func checkContourPod(ctx context.Context, t *testing.T, c *Cluster, takenOver bo
 	}
 }
 
-// checkInitImage checks that the init containers of Contour's Envoy pod name img: the image the pod names (its
-// status names the image by any of containerd's names for the same digest: the other rows pull the same index from
-// the registry's own name); that containerd pulled it by this name is the registry's log.
-func checkInitImage(ctx context.Context, t *testing.T, c *Cluster, img string) {
+// checkInitImage checks that the init containers of the Envoy pods of ns that selector selects name img: the image
+// the pod names (its status names the image by any of containerd's names for the same digest: the other rows pull
+// the same index from the registry's own name); that containerd pulled it by this name is the registry's log.
+func checkInitImage(ctx context.Context, t *testing.T, c *Cluster, ns, selector, img string) {
 	t.Helper()
-	init := mustKubectl(ctx, t, c, "-n", contourNamespace, "get", "pods", "-l", "app=envoy", "-o",
+	init := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", selector, "-o",
 		`jsonpath={range .items[*].spec.initContainers[*]}{.image}{"\n"}{end}`)
 	if !slices.Contains(strings.Fields(init), img) {
 		t.Errorf("the taken-over pod's init containers are %q, want one of %s", init, img)

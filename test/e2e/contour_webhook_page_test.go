@@ -109,7 +109,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 	}
 	mustKubectl(ctx, t, c, "-n", contourNamespace, "rollout", "status", "daemonset/envoy", "--timeout=180s")
 	checkContourPod(ctx, t, c, true)
-	checkPageImages(ctx, t, c, podImage, clusterImage)
+	checkPageImages(ctx, t, c, contourNamespace, "app=envoy", podImage, clusterImage)
 	checkTakeoverFlag(ctx, t, c, true)
 	probe("taken over by the webhook")
 	byLabel := envoyPods(ctx, t, c, contourNamespace)
@@ -183,11 +183,11 @@ func pagePulls(t *testing.T, c *Cluster, imgs ...string) string {
 	return strings.Join(pulls, "; ")
 }
 
-// checkPageImages checks that the taken-over pod runs podImage (checkInitImage) and the page's webhook runs
-// clusterImage, each by the name the page's release gives it.
-func checkPageImages(ctx context.Context, t *testing.T, c *Cluster, podImage, clusterImage string) {
+// checkPageImages checks that the taken-over pod (of ns, selected by selector) runs podImage (checkInitImage) and
+// the page's webhook runs clusterImage, each by the name the page's release gives it.
+func checkPageImages(ctx context.Context, t *testing.T, c *Cluster, ns, selector, podImage, clusterImage string) {
 	t.Helper()
-	checkInitImage(ctx, t, c, podImage)
+	checkInitImage(ctx, t, c, ns, selector, podImage)
 	webhook := mustKubectl(ctx, t, c, "-n", ChartNamespace, "get", "deployment", ChartRelease, "-o",
 		`jsonpath={.spec.template.spec.containers[*].image}`)
 	if !slices.Contains(strings.Fields(webhook), clusterImage) {

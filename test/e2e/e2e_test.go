@@ -338,7 +338,13 @@ func applyText(ctx context.Context, t *testing.T, c *Cluster, ns, text string) {
 // envoyPods returns the names of the Envoy pods of ns that are not being deleted, oldest first.
 func envoyPods(ctx context.Context, t *testing.T, c *Cluster, ns string) []string {
 	t.Helper()
-	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", "app=envoy", "--sort-by=.metadata.creationTimestamp",
+	return podsOf(ctx, t, c, ns, "app=envoy")
+}
+
+// podsOf lists the pods of ns that selector selects and that are not being deleted, oldest first.
+func podsOf(ctx context.Context, t *testing.T, c *Cluster, ns, selector string) []string {
+	t.Helper()
+	out := mustKubectl(ctx, t, c, "-n", ns, "get", "pods", "-l", selector, "--sort-by=.metadata.creationTimestamp",
 		"-o", `go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}{{"\n"}}{{end}}{{end}}`)
 	return strings.Fields(out)
 }

