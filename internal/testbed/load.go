@@ -95,9 +95,10 @@ type Load struct {
 	done     chan struct{}
 	draining atomic.Bool // set by Drain: send no new request
 
-	mu  sync.Mutex
-	res Result
-	lat []time.Duration // of every OK HTTP request, for Latencies
+	mu    sync.Mutex
+	res   Result
+	lat   []time.Duration // of every OK HTTP request, for Latencies
+	began []time.Time     // of every HTTP request sent, for Began
 }
 
 // startLoad starts workers goroutines running work and returns the Load and
@@ -147,6 +148,14 @@ func (l *Load) Latencies() []time.Duration {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.lat)
+}
+
+// Began returns when each HTTP request so far began (every one counted in Sent, whatever its end): what a test
+// reads to show that requests were sent inside a window it knows only afterwards, such as a drain's phase.
+func (l *Load) Began() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.began)
 }
 
 // Done returns a channel that is closed when the generator has finished.
@@ -343,8 +352,11 @@ func (l *Load) request(ctx context.Context, rt http.RoundTripper, u string, time
 	if ctx.Err() != nil {
 		return false
 	}
-	l.update(func(r *Result) { r.Sent++ })
 	began := time.Now()
+	l.mu.Lock()
+	l.res.Sent++
+	l.began = append(l.began, began)
+	l.mu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{

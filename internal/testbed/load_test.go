@@ -75,6 +75,9 @@ func TestGeneratorsDirect(t *testing.T) {
 		if r.Failed != 0 || r.OK == 0 || r.Sent != r.OK+r.Failed+r.Canceled {
 			t.Errorf("%s: %v", name, r)
 		}
+		if name != "tcp" && int64(len(l.Began())) != r.Sent {
+			t.Errorf("%s: %d start times for %d requests sent", name, len(l.Began()), r.Sent)
+		}
 		// ConnPerRequest: every request on a connection of its own.
 		if name == "conn" && r.Conns < r.OK {
 			t.Errorf("conn: %d connections for %d requests answered, want one each: %v", r.Conns, r.OK, r)

@@ -3,11 +3,13 @@ package integration
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/drain"
 	"github.com/envoy-shutdown-manager/shutdown-manager/internal/testbed"
 )
 
@@ -128,50 +130,88 @@ func TestActiveKeepAliveClients(t *testing.T) {
 	})
 }
 
-// Long requests started before the drain and during its minimum duration all complete with 200, new
-// connections are served during the drain delay and the minimum duration, and release comes after the
-// last one.
+// Long requests started before the drain and after Envoy fails its health checks all complete with 200, the
+// drain releases after the last of them, and a new connection opened at any time from the trigger to the
+// release (the drain delay, the floor, the wait) is served.
+//
+// The test never has to catch a phase while it lasts: twice a make test stalled for seconds (the 2 s drain delay
+// once took 5.3 s) and a test that waited to see "delay", then sent into it, found the drain past it. New
+// connections run from before the trigger to the release, and which phase each began in is read afterwards from
+// the drain's own timeline (/status: started, health_checks_failed, phases). The second long requests start
+// once health checks are seen failing, in any phase up to the release; the first ones (10 s) hold the drain in
+// its wait until well after the 3 s floor, so a stall that long still leaves them time.
 func TestLongRequestsAndNewConnectionsComplete(t *testing.T) {
 	forEachEnvoyLine(t, func(t *testing.T, bin testbed.Binary) {
 		e := startEnvoy(t, bin, testbed.Options{})
 		ctx := testContext(t)
-		first := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second)
+		first := testbed.Long(ctx, e.HTTPAddr, 5, 10*time.Second)
 		waitInFlight(t, e, 5)
-		// Windows of 2 s and 3 s: under a loaded make test, 500 ms and 1.5 s once passed before the test had sent its
-		// requests into them (it waits for each state, then sends), and it never saw min_duration.
 		p, a := serve(t, e, "--drain-delay", "2s", "--min-drain-duration", "3s", "--quiet-period", "0s", "--check-interval", "100ms", "--drain-timeout", "30s")
+		fresh := testbed.ConnPerRequest(ctx, e.HTTPAddr, 2, 20*time.Millisecond, "/")
+		waitSent(t, fresh, 10)
 		shutdown := make(chan int, 1)
-		go func() { code, _, _ := a.get(ctx, "/shutdown"); shutdown <- code }()
+		var releasedAt time.Time
+		go func() { code, _, _ := a.get(ctx, "/shutdown"); releasedAt = time.Now(); shutdown <- code }()
 
-		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "delay" })
-		inDelay := testbed.KeepAlive(ctx, e.HTTPAddr, 2, 0, "/")
-		waitSent(t, inDelay, 10)
-		inDelay.Stop()
-		a.waitStatus(t, 10*time.Second, func(s status) bool { return s.State == "min_duration" })
+		seen := a.waitStatus(t, 20*time.Second, func(s status) bool { return failingHealthChecks(s) || s.State == "released" })
+		if seen.State == "released" {
+			t.Fatalf("the drain released before the test saw health checks failing (%+v); the first long requests should hold it 10 s", seen)
+		}
 		second := testbed.Long(ctx, e.HTTPAddr, 5, 3*time.Second) // new connections, health checks failing
-		inMin := testbed.KeepAlive(ctx, e.HTTPAddr, 2, 0, "/")
-		waitSent(t, inMin, 10)
-		inMin.Stop()
-
 		r1, r2 := first.Wait(), second.Wait()
 		allDone := time.Now()
 		code := <-shutdown
+		fresh.Drain()
 		f := p.finished(t, 5*time.Second)
 		for name, r := range map[string]testbed.Result{"before the drain": r1, "during the drain": r2} {
 			if r.OK != 5 || r.Failed != 0 {
 				t.Errorf("long requests %s: %s; want 5 OK", name, r)
 			}
 		}
-		for name, r := range map[string]testbed.Result{"drain delay": inDelay.Wait(), "min duration": inMin.Wait()} {
-			if r.Failed != 0 || r.OK == 0 {
-				t.Errorf("new connections during the %s: %s; want all served", name, r)
-			}
-		}
 		if code != http.StatusOK || f.Outcome != "drained" {
 			t.Errorf("/shutdown = %d, outcome %q (%s); want 200 drained", code, f.Outcome, f.Reason)
 		}
-		if time.Since(allDone) > 5*time.Second || f.Duration < 3*time.Second {
-			t.Errorf("drain took %s; want release after the long requests (3s)", f.Duration)
+		// Envoy counts a request in flight from its arrival, after the client began it, to its response, d later.
+		last := lastBegan(first).Add(10 * time.Second)
+		if l := lastBegan(second).Add(3 * time.Second); l.After(last) {
+			last = l
+		}
+		if releasedAt.Before(last) {
+			t.Errorf("released at %s, before the last long request could finish (%s)", releasedAt.Format(time.StampMilli), last.Format(time.StampMilli))
+		}
+		if time.Since(allDone) > 5*time.Second {
+			t.Errorf("released %s after the long requests finished; want at most 5s (check interval 100ms)", time.Since(allDone))
+		}
+
+		res := fresh.Wait()
+		if res.Failed != 0 || res.OK == 0 || res.Conns < res.OK {
+			t.Errorf("new connections from before the trigger to the release: %s; want every one served, each on its own connection", res)
+		}
+		st := a.waitStatus(t, 5*time.Second, func(s status) bool { return s.State == "released" })
+		delayEnd, delayOK := st.phaseEnd(drain.PhaseDelay)
+		floorEnd, floorOK := st.phaseEnd(drain.PhaseMinDuration)
+		if st.Started == nil || st.HealthChecksFailed == nil || !delayOK || !floorOK {
+			t.Fatalf("/status after the release lacks the drain's timeline: %+v", st)
+		}
+		windows := []struct {
+			name     string
+			from, to time.Time
+		}{
+			{"drain delay", *st.Started, delayEnd},
+			{"floor (health checks failing)", *st.HealthChecksFailed, floorEnd},
+		}
+		began := fresh.Began()
+		for _, w := range windows {
+			n := 0
+			for _, b := range began {
+				if !b.Before(w.from) && b.Before(w.to) {
+					n++
+				}
+			}
+			t.Logf("new connections begun in the %s (%s to %s): %d", w.name, w.from.Format(time.StampMilli), w.to.Format(time.StampMilli), n)
+			if n == 0 {
+				t.Errorf("no new connection began in the %s; the test shows nothing of it", w.name)
+			}
 		}
 		stopEnvoy(t, e)
 	})
@@ -322,6 +362,9 @@ func waitSent(t *testing.T, l *testbed.Load, n int64) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// lastBegan is when the last request of l began.
+func lastBegan(l *testbed.Load) time.Time { return slices.MaxFunc(l.Began(), time.Time.Compare) }
 
 // waitInFlight waits until Envoy's HTTP manager has n requests in flight.
 func waitInFlight(t *testing.T, e *testbed.Envoy, n int64) {

@@ -471,6 +471,23 @@ type status struct {
 		Requests    int64 `json:"requests"`
 		Connections int64 `json:"connections"`
 	} `json:"cut_by_client"`
+	// The drain's timeline: when it began, when Envoy began failing health checks, and when each phase ended.
+	Started            *time.Time `json:"started"`
+	HealthChecksFailed *time.Time `json:"health_checks_failed"`
+	Phases             []struct {
+		Phase   drain.Phase `json:"phase"`
+		Elapsed float64     `json:"elapsed_seconds"`
+	} `json:"phases"`
+}
+
+// phaseEnd is when the drain's phase p ended, from its start and the phase's elapsed seconds; false if it has not.
+func (s status) phaseEnd(p drain.Phase) (time.Time, bool) {
+	for _, e := range s.Phases {
+		if e.Phase == p && s.Started != nil {
+			return s.Started.Add(time.Duration(e.Elapsed * float64(time.Second))), true
+		}
+	}
+	return time.Time{}, false
 }
 
 // failingHealthChecks reports whether the drain has failed Envoy's health checks and not released: its floor, its
