@@ -23,6 +23,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"github.com/google/go-containerregistry/pkg/v1/types"
+
+	"github.com/envoy-shutdown-manager/shutdown-manager/internal/inject"
 )
 
 // testMetadata is a build's metadata with a fixed time, as the Makefile passes it.
@@ -155,6 +157,14 @@ func checkImageFiles(t *testing.T, img v1.Image, md Metadata, want []byte) {
 	}
 	if !bytes.Equal(content.Bytes(), want) {
 		t.Errorf("the binary in the layer differs from the one built (%d bytes, want %d)", content.Len(), len(want))
+	}
+}
+
+// TestBinaryWhereInjectRunsIt: the sidecar inject writes runs our image's entrypoint, and `check --live` execs the
+// binary there by inject's name for it.
+func TestBinaryWhereInjectRunsIt(t *testing.T) {
+	if BinaryPath != inject.ImageBinary {
+		t.Errorf("the image's binary is %s, inject.ImageBinary %s", BinaryPath, inject.ImageBinary)
 	}
 }
 

@@ -41,10 +41,13 @@ import (
 // Names and paths of what Inject adds. The image keeps the binary at /shutdown-manager (its entrypoint);
 // Envoy's container finds it at BinaryPath.
 const (
-	BinaryDir  = "/opt/shutdown-manager"
-	BinaryPath = BinaryDir + "/shutdown-manager"
-	SocketDir  = "/run/shutdown-manager"
-	SocketURL  = "unix://" + SocketDir + "/api.sock"
+	// ImageBinary is the binary in our image, its entrypoint, which the sidecar runs (internal/image.BinaryPath;
+	// a test there keeps them equal).
+	ImageBinary = "/shutdown-manager"
+	BinaryDir   = "/opt/shutdown-manager"
+	BinaryPath  = BinaryDir + "/shutdown-manager"
+	SocketDir   = "/run/shutdown-manager"
+	SocketURL   = "unix://" + SocketDir + "/api.sock"
 	// TokenDir holds the token (Config.TokenSecret's key TokenKey), in the sidecar and in Envoy's container.
 	TokenDir  = "/run/shutdown-manager-token"
 	TokenKey  = "token"

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -19,13 +21,17 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 )
 
 // Client GETs and POSTs the API server's JSON by path.
 type Client struct {
-	rc *rest.RESTClient
+	rc  *rest.RESTClient
+	cfg *rest.Config // for pods/exec, whose streams are not the REST client's
 	// Namespace is the namespace of the kubeconfig's context, the pod's own in a cluster, else "default".
 	Namespace string
 	// Server is the API server's URL.
@@ -69,7 +75,7 @@ func New(kubeconfig, kubeContext, userAgent string) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the API server's URL: %w", err)
 	}
-	return &Client{rc: rc, Namespace: ns, Server: server.String()}, nil
+	return &Client{rc: rc, cfg: cfg, Namespace: ns, Server: server.String()}, nil
 }
 
 // statusCodecs decodes the one object the client itself reads: an answer's Status (the reason of a refusal).
@@ -105,4 +111,40 @@ func answer(r rest.Result, method, path string) ([]byte, error) {
 		return nil, fmt.Errorf("%s %s: %w", method, path, r.Error())
 	}
 	return b, nil
+}
+
+// Exec runs command in container of pod namespace/name through the API server's pods/exec, as `kubectl exec`
+// does (WebSocket, else SPDY where the API server or a proxy in the way refuses the upgrade), with no stdin and
+// no TTY, and copies what it writes to stdout and stderr. code is the command's exit status once it ran (0 or
+// not); err is the exec's own failure (refused, no such container, the kubelet unreachable), and then code is -1.
+func (c *Client) Exec(ctx context.Context, namespace, name, container string, command []string, stdout, stderr io.Writer) (code int, err error) {
+	req := c.rc.Post().AbsPath("/api/v1/namespaces/"+url.PathEscape(namespace)+"/pods/"+url.PathEscape(name)+"/exec").
+		Param("container", container).Param("stdout", "true").Param("stderr", "true")
+	for _, w := range command {
+		req.Param("command", w)
+	}
+	u := req.URL()
+	ws, err := remotecommand.NewWebSocketExecutor(c.cfg, http.MethodGet, u.String())
+	if err != nil {
+		return -1, fmt.Errorf("pods/exec over WebSocket: %w", err)
+	}
+	sp, err := remotecommand.NewSPDYExecutor(c.cfg, http.MethodPost, u)
+	if err != nil {
+		return -1, fmt.Errorf("pods/exec over SPDY: %w", err)
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, sp, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return -1, fmt.Errorf("pods/exec: %w", err)
+	}
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
+	var exit utilexec.ExitError
+	switch {
+	case err == nil:
+		return 0, nil
+	case errors.As(err, &exit) && exit.Exited():
+		return exit.ExitStatus(), nil
+	}
+	return -1, fmt.Errorf("exec in %s/%s container %s: %w", namespace, name, container, err)
 }

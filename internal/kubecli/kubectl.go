@@ -58,7 +58,10 @@ func kubectlUsage(w io.Writer) {
 }
 
 // The plugin reads the API server through the Events' access.
-var _ kubectl.API = (*kubeapi.Client)(nil)
+var (
+	_ kubectl.API    = (*kubeapi.Client)(nil)
+	_ kubectl.Execer = (*kubeapi.Client)(nil)
+)
 
 // runKubectlStatus lists the pods of a workload (or of a label selector) with the drain state of each, read
 // through the API server (kubectl.Status).
@@ -95,7 +98,7 @@ func runCheck(name string) func(ctx context.Context, args []string, stdin io.Rea
 func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
 	tf := targetFlags(fs)
 	lb := fs.Duration("deregistration-delay", 0, "also check that the drain holds for a load balancer that may send new connections this long after the pod starts terminating (an AWS NLB: up to its deregistration delay): its drain timeout covers it and the quiet period's silence after (row deregistration; default: the delay inject was given for the pod, recorded in its status annotation, else no such check)")
-	liveCheck := fs.Bool("live", false, "also read the /status of each pod's manager that has an HTTP API port through the API server's pods/proxy: the admin check then says whether the manager reached Envoy's admin (needs get on pods/proxy)")
+	liveCheck := fs.Bool("live", false, "also ask each pod's manager whether it reaches Envoy's admin: its /status through the API server's pods/proxy where it has an HTTP API port (needs get on pods/proxy), else `shutdown-manager status` run by the drain's own binary in the drain's own container through pods/exec (hook mode, agent mode, a sidecar on a unix socket; needs create on pods/exec)")
 	output := cli.OutputFlag(fs)
 	api, q, err := tf.parse(fs, args, stdout)
 	if err != nil {
@@ -105,7 +108,11 @@ func check(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Write
 	if *lb < 0 {
 		return cli.Usagef("--deregistration-delay must not be negative")
 	}
-	rep, err := kubectl.Check(ctx, api, q, kubectl.CheckOptions{Version: cli.Version, DeregistrationDelay: *lb})
+	opts := kubectl.CheckOptions{Version: cli.Version, DeregistrationDelay: *lb}
+	if q.Live {
+		opts.Exec = api
+	}
+	rep, err := kubectl.Check(ctx, api, q, opts)
 	if err != nil {
 		return err
 	}

@@ -51,6 +51,9 @@ const (
 type CheckOptions struct {
 	// Version is this CLI's: an injection by another is a version skew.
 	Version string
+	// Exec, with Query.Live, runs `shutdown-manager status` in the drain's container of each pod whose manager
+	// has no API port (liveExec); nil: those pods are checked from their spec alone.
+	Exec Execer
 	// DeregistrationDelay, when > 0, is how long after the pod starts terminating a load balancer may still send
 	// it new connections (issue 29: an AWS NLB for its deregistration delay, 30–120 s measured): the
 	// deregistration check is added.
@@ -119,7 +122,9 @@ func Check(ctx context.Context, api API, q Query, opts CheckOptions) (CheckRepor
 		}
 		var l *Live
 		if q.Live {
-			l = live(ctx, api, p)
+			if l = live(ctx, api, p); l == nil && opts.Exec != nil {
+				l = liveExec(ctx, opts.Exec, in)
+			}
 		}
 		ev := in.eventsToken()
 		if ev.Result == ResultOK {
@@ -417,6 +422,10 @@ func (in *injection) admin(l *Live) Finding {
 	case l == nil:
 	case l.Error != "":
 		f.Reason += "; live: " + l.Error
+	case l.Envoy != "" && l.Exec != nil:
+		// The drain's own binary, in the drain's own container, reached Envoy: whatever the spec let us see.
+		f.Result = ResultOK
+		f.Reason += fmt.Sprintf("; live: `%s status`, run in container %s, read Envoy's state (%s) at %s", path.Base(l.Exec.Command[0]), l.Exec.Container, l.Envoy, l.Exec.Admin)
 	case l.Envoy != "":
 		if f.Result == ResultUnknown {
 			f.Result = ResultOK

@@ -1,6 +1,10 @@
 package kubectl
 
 import (
+	"context"
+	"errors"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -164,6 +168,56 @@ func TestCheckAdmin(t *testing.T) {
 	want(t, "live, answered", live.admin(&Live{Envoy: "LIVE"}), ResultOK, "live: the manager read Envoy's state (LIVE)")
 	want(t, "live, not answered", live.admin(&Live{State: "idle", LastError: "envoy admin: connection refused"}), ResultFail, "connection refused")
 	want(t, "live, unreadable", live.admin(&Live{Error: "forbidden"}), ResultUnknown, "live: forbidden")
+}
+
+// fakeExec answers pods/exec as a kubelet would have run the command: what it printed and its exit status,
+// or the exec's own error; it records what it was asked to run, and where.
+type fakeExec struct {
+	stdout, stderr string
+	code           int
+	err            error
+	container      string
+	command        []string
+}
+
+func (f *fakeExec) Exec(_ context.Context, _, _, container string, command []string, stdout, stderr io.Writer) (int, error) {
+	f.container, f.command = container, command
+	io.WriteString(stdout, f.stdout)
+	io.WriteString(stderr, f.stderr)
+	return f.code, f.err
+}
+
+// TestCheckAdminExec: `check --live` where the manager has no API port runs the drain's binary's `status` in the
+// drain's container, with the drain's admin address; its answer decides, its failure fails, and neither a
+// binary that refuses the flags nor a refused exec is taken for an answer about Envoy.
+func TestCheckAdminExec(t *testing.T) {
+	const sock = "unix:///admin/admin.sock"
+	hook := mustRead(t, injectedPod(t, inject.Config{AdminAddress: sock}, nil))
+	answered := &fakeExec{stdout: `{"admin_address":"` + sock + `","envoy_state":"LIVE","open":0}`}
+	l := liveExec(t.Context(), answered, hook)
+	if want := []string{inject.BinaryPath, "status", "-o", "json", "--admin-address=" + sock}; !slices.Equal(answered.command, want) || answered.container != hook.envoy.Name {
+		t.Errorf("ran %q in %s; want %q in Envoy's container %s", answered.command, answered.container, want, hook.envoy.Name)
+	}
+	want(t, "exec, answered", hook.admin(l), ResultOK, "run in container envoy, read Envoy's state (LIVE) at "+sock)
+
+	found := mustRead(t, injectedPod(t, inject.Config{}, nil)) // no --admin-address: status reads Envoy's process, as the drain
+	x := &fakeExec{stdout: `{"admin_address":"http://127.0.0.1:9901","envoy_state":"DRAINING"}`}
+	want(t, "exec, found", found.admin(liveExec(t.Context(), x, found)), ResultOK, "DRAINING", "127.0.0.1:9901")
+	if slices.ContainsFunc(x.command, func(w string) bool { return strings.HasPrefix(w, "--admin-address") }) {
+		t.Errorf("ran %q; want no --admin-address where the drain has none", x.command)
+	}
+
+	refused := &fakeExec{code: 1, stderr: "reading envoy's state\nshutdown-manager: GET /server_info: dial unix /admin/admin.sock: connect: no such file or directory\n"}
+	want(t, "exec, not answered", hook.admin(liveExec(t.Context(), refused, hook)), ResultFail, "exit 1", "no such file or directory")
+	usage := &fakeExec{code: 2, stderr: "flag provided but not defined: -o\n"}
+	want(t, "exec, another binary", hook.admin(liveExec(t.Context(), usage, hook)), ResultOK, "bad usage", "-o")
+	forbidden := &fakeExec{code: -1, err: errors.New(`pods "envoy" is forbidden: cannot create resource "pods/exec"`)}
+	want(t, "exec, forbidden", hook.admin(liveExec(t.Context(), forbidden, hook)), ResultOK, "live: pods", "forbidden")
+	garbled := &fakeExec{stdout: "envoy LIVE at ..."}
+	want(t, "exec, no JSON", hook.admin(liveExec(t.Context(), garbled, hook)), ResultOK, "no envoy_state")
+	sidecar := mustRead(t, injectedPod(t, inject.Config{Mode: inject.ModeSidecar}, nil)) // serve's default admin: unknown from the spec
+	want(t, "sidecar exec, answered", sidecar.admin(liveExec(t.Context(), &fakeExec{stdout: `{"admin_address":"http://127.0.0.1:9901","envoy_state":"LIVE"}`}, sidecar)), ResultOK, "run in container shutdown-manager")
+	want(t, "sidecar exec, forbidden", sidecar.admin(liveExec(t.Context(), forbidden, sidecar)), ResultUnknown, "forbidden")
 }
 
 func TestCheckEventsToken(t *testing.T) {

@@ -156,6 +156,9 @@ func checkShell(t *testing.T, root, modDir, input, version, page string, rendere
 				if args[0] == "uninject" {
 					checkRoundTrip(t, line, rendered, stdout)
 				}
+			case w[0] == "kubectl" && len(w) > 2 && w[1] == "shutdown-manager":
+				// The plugin reads a live cluster (the e2e runs it there): here, its command and flags.
+				checkCommand(t, root, page, line, append([]string{"shutdown-manager", "kubectl"}, w[2:]...), nil, "")
 			case w[0] == "kubectl" && slices.Contains(w, "-f"):
 				f := w[slices.Index(w, "-f")+1]
 				if !exists(filepath.Join(wd, f)) && !exists(filepath.Join(root, f)) {

@@ -685,6 +685,6 @@ func contourJobs(ctx context.Context, t *testing.T, c *Cluster, root, manager st
 		jobs = append(jobs, job{s: s, run: func(t *testing.T) row { return runContourScenario(ctx, t, c, root, manager, contour, s) }})
 	}
 	jobs = append(jobs, job{s: contourPageScenario, run: func(t *testing.T) row { return runContourPage(ctx, t, c, root, contour) }})
-	jobs = append(jobs, job{s: contourWebhookPageScenario, run: func(t *testing.T) row { return runContourWebhookPage(ctx, t, c, root, contour) }})
+	jobs = append(jobs, job{s: contourWebhookPageScenario, run: func(t *testing.T) row { return runContourWebhookPage(ctx, t, c, root, manager, contour) }})
 	return jobs
 }

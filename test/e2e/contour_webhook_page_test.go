@@ -14,6 +14,9 @@ package e2e
 //   - the namespace label and the DaemonSet's restart: the new pod must be taken over by the webhook (our hook
 //     against Contour's admin socket, no Contour manager, our image by the page's name), the API server must not
 //     have let a pod through without the webhook (its fail-open count), and Contour's Envoy must serve;
+//   - the page's "See that it worked", with the kubectl plugin installed as cli.md says: `check --live` must exit
+//     0 with every pod's admin row ok on Envoy's answer (LIVE) to our binary's `status`, run in Envoy's container
+//     through pods/exec at Contour's admin socket (seeItWorked);
 //   - the annotation, pod by pod: with the chart's takeover turned off first (`helm upgrade --reuse-values --set
 //     inject.takeover=false`, the test's step), the page's patch must alone get the next pod taken over; the pod it
 //     replaces drains with our drain;
@@ -24,6 +27,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -40,10 +44,45 @@ import (
 // release of the chart by the page's).
 var contourWebhookPageScenario = scenario{name: "contour-page-webhook", peer: "contour", inject: []string{"--takeover"}, action: "page-webhook", replacesRelease: true}
 
-// contourWebhookSection is the page's section whose commands the job runs.
-const contourWebhookSection = "With the webhook (and with Contour's gateway provisioner)"
+// contourWebhookSection is the page's section whose commands the job runs; contourCheckSection the one it runs
+// once the pod is taken over.
+const (
+	contourWebhookSection = "With the webhook (and with Contour's gateway provisioner)"
+	contourCheckSection   = "See that it worked"
+)
 
-func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, contour string) row {
+// seeItWorked runs the one command of the page's section (a `kubectl shutdown-manager check … --live`) as written,
+// with the plugin installed into the shell's PATH as cli.md says (`shutdown-manager install --kubectl-plugin`):
+// it must exit 0, and each pod's admin row must be ok on Envoy's own answer (LIVE) to `status` run in the drain's
+// container, at an admin address beginning with admin. It returns the admin rows' results, for the report.
+func seeItWorked(ctx context.Context, t *testing.T, sh pageShell, manager, page, section, admin string) string {
+	t.Helper()
+	lines := pageCommands(t, page, []string{section})
+	if len(lines) != 1 || !strings.HasPrefix(lines[0].text, "kubectl shutdown-manager check ") || !strings.HasSuffix(lines[0].text, " --live") {
+		t.Fatalf("section %q: %q; want one `kubectl shutdown-manager check … --live`", section, lines)
+	}
+	if out, err := exec.CommandContext(ctx, manager, "install", "--kubectl-plugin", sh.bin).CombinedOutput(); err != nil {
+		t.Fatalf("shutdown-manager install --kubectl-plugin: %v: %s", err, out)
+	}
+	out := sh.run(ctx, t, lines[0].text) // exit 1 (a check failed) fails t
+	var rows []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 4 || f[1] != "admin" {
+			continue
+		}
+		rows = append(rows, f[0]+" "+f[2])
+		if f[2] != "ok" || !strings.Contains(l, "read Envoy's state (LIVE) at "+admin) {
+			t.Errorf("%s: the admin row is not ok on Envoy's answer (LIVE) at %s*: %s", lines[0].text, admin, l)
+		}
+	}
+	if len(rows) == 0 {
+		t.Errorf("%s: no admin row in:\n%s", lines[0].text, out)
+	}
+	return "admin " + strings.Join(rows, ", ") + " (Envoy LIVE to `status` in Envoy's container)"
+}
+
+func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, manager, contour string) row {
 	r := row{scenario: contourWebhookPageScenario}
 	page, err := os.ReadFile(filepath.Join(root, contourPage))
 	if err != nil {
@@ -112,6 +151,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 	checkPageImages(ctx, t, c, contourNamespace, "app=envoy", podImage, clusterImage)
 	checkTakeoverFlag(ctx, t, c, true)
 	probe("taken over by the webhook")
+	checked := seeItWorked(ctx, t, sh, manager, string(page), contourCheckSection, "unix://")
 	byLabel := envoyPods(ctx, t, c, contourNamespace)
 	drains := []*logFollower{followLogs(ctx, c, contourNamespace, byLabel[0], "envoy")}
 
@@ -147,7 +187,7 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 		failed = append(failed, went.failedHooks...)
 	}
 	r.pulls = pagePulls(t, c, podImage, clusterImage)
-	r.note = "the pod taken over by the annotation gone after " + r.gone.Round(100*time.Millisecond).String() + " going back"
+	r.note = "`check --live` on the pod taken over: " + checked + "; the pod taken over by the annotation gone after " + r.gone.Round(100*time.Millisecond).String() + " going back"
 	t.Logf("%s: drains %q; events %q; FailedPreStopHook %q; webhook calls failed open: %v; pulls: %s", r.scenario.name, r.drain, r.events, failed, failedOpen, r.pulls)
 	switch {
 	case ctx.Err() != nil:
