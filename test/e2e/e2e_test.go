@@ -186,7 +186,7 @@ func TestE2E(t *testing.T) {
 		jobs = append(jobs, job{s: s, run: func(t *testing.T) row { return runScenario(ctx, t, c, root, manager, s) }})
 	}
 	jobs = append(jobs, contourJobs(ctx, t, c, root, manager)...)
-	jobs = append(jobs, job{s: egPageScenario, run: func(t *testing.T) row { return runEGPage(ctx, t, c, root) }})
+	jobs = append(jobs, job{s: egPageScenario, run: func(t *testing.T) row { return runEGPage(ctx, t, c, root, manager) }})
 	if injectVia == "webhook" {
 		var done []row
 		jobs = append(jobs, job{s: day2Scenario, run: func(t *testing.T) row { return runDay2(ctx, t, c, root, manager, &done) }, done: &done})

@@ -12,7 +12,8 @@ package e2e
 //     are pushed under the page's ghcr.io names and that tag, as contour-page-webhook does), then its EnvoyProxy
 //     block applied over the shipped one: Envoy Gateway rolls its Deployment, and the new pod must be taken over at
 //     admission (no Envoy Gateway manager, our hook against Envoy Gateway's admin address, our image by the page's
-//     name); going back as the page says (the label and the annotation off the EnvoyProxy) rolls it again, and
+//     name); the page's "See that it worked" (`check --live`, seeItWorked) reads Envoy's answer from its container;
+//     going back as the page says (the label and the annotation off the EnvoyProxy) rolls it again, and
 //     the taken-over pod drains with our drain and Events (the chart's Events RBAC for every ServiceAccount of the
 //     namespace, since Envoy Gateway names one per Gateway);
 //   - its second `helm install` (the takeover for the namespace) and the namespace's label: the next pod (the
@@ -52,6 +53,7 @@ var egPageScenario = scenario{name: "envoy-gateway-page-webhook", peer: "envoy-g
 const (
 	egPage           = "docs/migrate-envoy-gateway.md"
 	egWebhookSection = "With the webhook"
+	egCheckSection   = "See that it worked" // its check, run once the pod is taken over (seeItWorked)
 	// egNamespace is where the page installs Envoy Gateway (and where it renders its Envoy Deployments).
 	egNamespace = "envoy-gateway-system"
 	// egImage is the controller's image by the name Envoy Gateway's release gives it (its Makefile's IMAGE and TAG,
@@ -146,7 +148,7 @@ func envoyGatewayBinary(tb testing.TB) string {
 	return filepath.Join(dir, "envoy-gateway")
 }
 
-func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
+func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root, manager string) row {
 	r := row{scenario: egPageScenario}
 	page, err := os.ReadFile(filepath.Join(root, egPage))
 	if err != nil {
@@ -222,6 +224,7 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	checkEGPod(ctx, t, c, true)
 	checkPageImages(ctx, t, c, egNamespace, egProxySelector, podImage, clusterImage)
 	probe("taken over through the EnvoyProxy")
+	checked := seeItWorked(ctx, t, sh, manager, string(page), egCheckSection, "http://127.0.0.1:19000")
 	byProxy := egPods(ctx, t, c)
 	drains := followLogs(ctx, c, egNamespace, byProxy[0], "envoy")
 
@@ -250,8 +253,8 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root string) row {
 	failedOpen := failOpenCount(ctx, t, c) - failOpen
 
 	r.pulls = pagePulls(t, c, podImage, clusterImage)
-	r.note = fmt.Sprintf("Envoy Gateway %s, its Envoy %s; the pod taken over through the EnvoyProxy gone after %s going back",
-		peers.EnvoyGatewayVersion, envoyRef, r.gone.Round(100*time.Millisecond))
+	r.note = fmt.Sprintf("Envoy Gateway %s, its Envoy %s; `check --live` on the pod taken over: %s; the pod taken over through the EnvoyProxy gone after %s going back",
+		peers.EnvoyGatewayVersion, envoyRef, checked, r.gone.Round(100*time.Millisecond))
 	t.Logf("%s's %d commands and its EnvoyProxy ran as written against Envoy Gateway %s's controller and its Envoy (%s)", egPage, len(lines), peers.EnvoyGatewayVersion, envoyRef)
 	t.Logf("%s: drains %q; events %q; FailedPreStopHook %q; webhook calls failed open: %v; pulls: %s", r.scenario.name, r.drain, r.events, went.failedHooks, failedOpen, r.pulls)
 	switch {
