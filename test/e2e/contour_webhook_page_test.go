@@ -139,8 +139,12 @@ func runContourWebhookPage(ctx context.Context, t *testing.T, c *Cluster, root, 
 	}
 	failOpen := failOpenCount(ctx, t, c)
 
-	// The page: the chart, the namespace's label, the restart. The shipped pod goes with Contour's drain.
-	for _, l := range lines[:3] {
+	// The page: the chart, the namespace's label, the restart. The shipped pod goes with Contour's drain. Between the
+	// chart and the label, what the page says to wait for: the API server reaching the webhook (awaitPageWebhook;
+	// helm's --wait ends when its pods are ready, and the Service answers a moment later).
+	sh.run(ctx, t, lines[0].text)
+	failOpen += awaitPageWebhook(ctx, t, c)
+	for _, l := range lines[1:3] {
 		sh.run(ctx, t, l.text)
 	}
 	for _, p := range shipped {

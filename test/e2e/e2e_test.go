@@ -859,6 +859,17 @@ func waitWebhookInjects(ctx context.Context, t *testing.T, c *Cluster) {
 	}
 }
 
+// awaitPageWebhook is waitWebhookInjects in a row that counts the calls failing open from a baseline taken before
+// the page's `helm install`: the probe's own dry runs fail open too while the webhook is not reached yet (a run
+// here: 1, at 0.4 s), and nothing else is created meanwhile, so it returns their count, for the row to add to its
+// baseline.
+func awaitPageWebhook(ctx context.Context, t *testing.T, c *Cluster) float64 {
+	t.Helper()
+	before := failOpenCount(ctx, t, c)
+	waitWebhookInjects(ctx, t, c)
+	return failOpenCount(ctx, t, c) - before
+}
+
 // injectedPods reports whether the Envoy pods of ns carry inject's status annotation (all or none: a mix fails t).
 func injectedPods(ctx context.Context, t *testing.T, c *Cluster, ns string) bool {
 	t.Helper()

@@ -214,8 +214,9 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root, manager stri
 	// helm's --wait ends when the webhook's pods are ready; the API server reaches them through the release's new
 	// Service a moment later (kube-proxy's rules), and a pod created meanwhile is admitted without the takeover,
 	// failing open (a cold run here: "connect: connection refused" 0.4 s after the webhook's pods began serving). The
-	// page says to wait for it; the test waits until a probe pod comes back injected.
-	waitWebhookInjects(ctx, t, c)
+	// page says to wait for it; the test waits until a probe pod comes back injected (its own calls that failed
+	// open meanwhile are not the page's pods').
+	failOpen += awaitPageWebhook(ctx, t, c)
 	sh.run(ctx, t, "kubectl apply -f envoy-proxy.yaml")
 	for _, p := range shipped {
 		waitGone(ctx, t, c, egNamespace, p)
@@ -241,7 +242,7 @@ func runEGPage(ctx context.Context, t *testing.T, c *Cluster, root, manager stri
 	// The page, second way: the chart's takeover for the namespace, its label; the next pod is taken over.
 	uninstall()
 	sh.run(ctx, t, lines[1].text)
-	waitWebhookInjects(ctx, t, c)
+	failOpen += awaitPageWebhook(ctx, t, c)
 	checkTakeoverFlag(ctx, t, c, true)
 	sh.run(ctx, t, lines[2].text)
 	given := egPods(ctx, t, c)
