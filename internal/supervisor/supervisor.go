@@ -160,7 +160,9 @@ const (
 
 // Stop ends the child in order: quit (Envoy's POST /quitquitquit; SIGTERM at once if that fails), up to
 // timeout for it to exit, then SIGTERM, then SIGKILL killGrace later. It returns once the child is reaped,
-// at the latest timeout plus killGrace after it was called, and says which step ended it.
+// at the latest timeout plus killGrace after it was called, and says which step ended it. It takes no context on
+// purpose: once called, a stop always ends the child (one given up half way would leave Envoy running with no
+// one to reap it), and its bound is its own, timeout plus killGrace, which the grace period is sized for.
 func (p *Process) Stop(quit func(context.Context) error, timeout time.Duration) string {
 	select {
 	case <-p.exited:
