@@ -213,6 +213,14 @@ func TestCheckAdminExec(t *testing.T) {
 	want(t, "exec, another binary", hook.admin(liveExec(t.Context(), usage, hook)), ResultOK, "bad usage", "-o")
 	forbidden := &fakeExec{code: -1, err: errors.New(`pods "envoy" is forbidden: cannot create resource "pods/exec"`)}
 	want(t, "exec, forbidden", hook.admin(liveExec(t.Context(), forbidden, hook)), ResultOK, "live: pods", "forbidden")
+	var c capped
+	if n, err := c.Write(make([]byte, 3*execOutputMax)); n != 3*execOutputMax || err != nil || c.Len() != execOutputMax {
+		t.Errorf("capped: wrote %d (%v), kept %d; want all taken, %d kept", n, err, c.Len(), execOutputMax)
+	}
+	huge := &fakeExec{stdout: strings.Repeat("x", 3*execOutputMax)}
+	if l := liveExec(t.Context(), huge, hook); !strings.Contains(l.Error, "no envoy_state") {
+		t.Errorf("3 MiB of output: %+v; want no envoy_state, the output cut", l)
+	}
 	garbled := &fakeExec{stdout: "envoy LIVE at ..."}
 	want(t, "exec, no JSON", hook.admin(liveExec(t.Context(), garbled, hook)), ResultOK, "no envoy_state")
 	sidecar := mustRead(t, injectedPod(t, inject.Config{Mode: inject.ModeSidecar}, nil)) // serve's default admin: unknown from the spec

@@ -128,8 +128,13 @@ type Execer interface {
 // exitUsage is the manager's exit status for bad flags or arguments (cli.ExitUsage).
 const exitUsage = 2
 
-// execTimeout bounds `check --live`'s exec in one pod: `status` asks Envoy's admin twice, each within 5 s.
+// execTimeout bounds `check --live`'s exec in one pod: the API server's stream to kubelet, and `status`'s reads
+// of Envoy's admin API.
 const execTimeout = 30 * time.Second
+
+// execOutputMax is as much of the command's stdout and stderr as liveExec keeps: `status -o json` writes a few
+// kilobytes; a binary that writes more is not that command.
+const execOutputMax = 1 << 20
 
 // liveExec is `check --live` where the manager has no API port (hook mode, the default; agent mode; a sidecar on
 // a unix socket): the drain's own binary runs `shutdown-manager status` in the drain's own container, with the
@@ -155,7 +160,7 @@ func liveExec(ctx context.Context, x Execer, in *injection) *Live {
 	}
 	ctx, cancel := context.WithTimeout(ctx, execTimeout)
 	defer cancel()
-	var stdout, stderr bytes.Buffer
+	var stdout, stderr capped
 	code, err := x.Exec(ctx, in.pod.Namespace, in.pod.Name, in.drainer.Name, l.Exec.Command, &stdout, &stderr)
 	said := lastLine(stderr.String())
 	switch {
@@ -178,6 +183,16 @@ func liveExec(ctx context.Context, x Execer, in *injection) *Live {
 		l.Envoy, l.Exec.Admin = rep.EnvoyState, rep.Admin
 	}
 	return l
+}
+
+// capped keeps the first execOutputMax bytes written to it and drops the rest, without failing the writer.
+type capped struct{ bytes.Buffer }
+
+func (c *capped) Write(p []byte) (int, error) {
+	if room := execOutputMax - c.Len(); room > 0 {
+		c.Buffer.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
 }
 
 // lastLine is the last non-empty line of s, where a command says why it failed.
