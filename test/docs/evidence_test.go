@@ -436,12 +436,11 @@ func renderContourE2E(text string) (string, error) {
 	b.WriteString(".\n\n")
 	b.WriteString("| scenario | manager | action | failed / sent | drain (the manager's log) | FailedPreStopHook | old pods gone after | result |\n")
 	b.WriteString("|---|---|---|---:|---|---|---|---|\n")
-	n := 0
-	for _, r := range rep.rows {
-		if !strings.HasPrefix(r.name, "contour-") || !r.peer {
-			continue
-		}
-		n++
+	rows, err := peerRowsOf(rep.rows, "contour-")
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rows {
 		hooks, _, _ := strings.Cut(r.hooks, " (")
 		drain := r.drain
 		if drain == "" {
@@ -449,9 +448,6 @@ func renderContourE2E(text string) (string, error) {
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.setup, r.action,
 			failedOfSent(r.failed, r.sent, r.kinds), drain, hooks, strings.TrimPrefix(r.gone, "old pods gone after "), r.result)
-	}
-	if n == 0 {
-		return "", fmt.Errorf("no contour-* row in the report's Contour section")
 	}
 	return b.String(), nil
 }
@@ -468,19 +464,30 @@ func renderEGE2E(text string) (string, error) {
 	b.WriteString("whole of Envoy Gateway on the real kubelet, without load ([e2e.md](e2e.md#the-envoy-gateway-page)).\n\n")
 	b.WriteString("| scenario | manager | failed / sent | drain (the manager's log) | FailedPreStopHook | note | result |\n")
 	b.WriteString("|---|---|---:|---|---|---|---|\n")
-	n := 0
-	for _, r := range rep.rows {
-		if !strings.HasPrefix(r.name, "envoy-gateway-") || !r.peer {
-			continue
-		}
-		n++
+	rows, err := peerRowsOf(rep.rows, "envoy-gateway-")
+	if err != nil {
+		return "", err
+	}
+	for _, r := range rows {
 		hooks, _, _ := strings.Cut(r.hooks, " (")
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s |\n", r.name, r.setup, failedOfSent(r.failed, r.sent, r.kinds), r.drain, hooks, r.gone, r.result)
 	}
-	if n == 0 {
-		return "", fmt.Errorf("no envoy-gateway-* row in the report's Envoy Gateway section")
-	}
 	return b.String(), nil
+}
+
+// peerRowsOf is the report's rows of a peer's pod (its own section of REPORT.md) whose scenario begins with
+// prefix; none is an error, so that a table never renders empty.
+func peerRowsOf(rows []e2eRow, prefix string) ([]e2eRow, error) {
+	var out []e2eRow
+	for _, r := range rows {
+		if r.peer && strings.HasPrefix(r.name, prefix) {
+			out = append(out, r)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no %s* row in the report's section of that peer", prefix)
+	}
+	return out, nil
 }
 
 // renderE2ELatest is the run's date and its scenarios' results, for a sentence.
